@@ -1,0 +1,185 @@
+"""ffpa_patch: FFPA attention for stock Hugging Face Gemma4, by patching at run time.
+
+Importing this package activates it (``FFPA_PATCH_DISABLE=1`` turns that off):
+it checks installed versions without importing them and installs post-import
+hooks, so each target is patched when its module is imported. ``apply()`` is
+the explicit, idempotent form; ``revert()`` puts back exactly what was there.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from typing import Iterable
+
+from . import env, runtime, versions
+from .patches import ALL as _PATCH_CLASSES
+from .registry import APPLIED, PENDING, SKIPPED, Patch
+from .report import Status
+from .routing import stats as _stats
+from .wrapping import when_imported
+
+__all__ = ["apply", "revert", "is_applied", "status", "stats", "reset_stats", "UnsupportedVersionError", "PATCH_NAMES"]
+__version__ = "0.1.0"
+
+log = logging.getLogger("ffpa_patch")
+log.addHandler(logging.NullHandler())
+
+_patches: dict[str, Patch] = {cls.name: cls() for cls in _PATCH_CLASSES}
+PATCH_NAMES = tuple(_patches)
+_wanted: set[str] = set()
+_message = ["not applied"]
+_logged: set[str] = set()
+
+
+class UnsupportedVersionError(RuntimeError):
+    """Installed versions are outside the supported range (strict mode)."""
+
+
+class FFPAPatchWarning(UserWarning):
+    pass
+
+
+def _say(explicit: bool, msg: str) -> None:
+    """Warn on the explicit path; log once on the automatic one."""
+    if explicit:
+        warnings.warn(msg, FFPAPatchWarning, stacklevel=3)
+    elif msg not in _logged:
+        _logged.add(msg)
+        log.warning(msg)
+
+
+def _select(targets: Iterable[str] | None, exclude: Iterable[str], settings: env.Settings) -> list[str]:
+    chosen = set(targets) if targets is not None else set(settings.targets or PATCH_NAMES)
+    dropped = set(exclude) | settings.exclude
+    unknown = (chosen | dropped) - set(PATCH_NAMES)
+    if unknown:
+        raise ValueError(f"unknown ffpa_patch target(s) {sorted(unknown)}; known: {list(PATCH_NAMES)}")
+    return [n for n in PATCH_NAMES if n in chosen and n not in dropped]
+
+
+def _hook(name: str):
+    def on_import(module) -> None:
+        patch = _patches[name]
+        if name not in _wanted or patch.applied:
+            return
+        try:
+            patch.apply_to(module)
+        except Exception as exc:
+            _say(False, f"ffpa_patch: {name} failed on import of {patch.module} and was rolled back: {exc}")
+
+    return on_import
+
+
+_hooks = {name: _hook(name) for name in PATCH_NAMES}
+
+
+def _apply(*, explicit: bool, strict: bool | None, targets, exclude, force: bool | None) -> Status:
+    settings = env.read()
+    if settings.disable:
+        _message[0] = "disabled by FFPA_PATCH_DISABLE=1"
+        return status()
+    strict = settings.strict if strict is None else strict
+    force = settings.force if force is None else force
+    names = _select(targets, exclude, settings)
+    problems = versions.gate_problems(versions.check_all())
+    if problems and not force:
+        msg = "ffpa_patch not applied: " + "; ".join(problems) + ". Set FFPA_PATCH_FORCE=1 (or force=True) to patch anyway."
+        _message[0] = msg
+        if strict and explicit:
+            raise UnsupportedVersionError(msg)
+        _say(explicit, msg)
+        return status()
+    runtime.strict = strict
+    newly_applied: list[Patch] = []
+    for name in names:
+        patch = _patches[name]
+        module = sys.modules.get(patch.module)
+        if module is None or patch.applied:
+            continue
+        try:
+            if patch.apply_to(module) == APPLIED:
+                newly_applied.append(patch)
+        except Exception as exc:
+            for done in reversed(newly_applied):
+                done.revert()
+            msg = f"ffpa_patch: {name} failed, rolled back this apply(): {type(exc).__name__}: {exc}"
+            _message[0] = msg
+            if explicit:
+                raise
+            _say(False, msg)
+            return status()
+    _wanted.update(names)
+    for name in names:
+        when_imported(_patches[name].module, _hooks[name])
+    _message[0] = "active" + (" (FORCED outside the supported versions)" if problems else "")
+    return status()
+
+
+def apply(*, strict: bool | None = None, targets: Iterable[str] | None = None, exclude: Iterable[str] = (), force: bool | None = None) -> Status:
+    """Patch now (and on later imports). Idempotent; returns ``status()``.
+
+    ``strict`` raises on unsupported versions and makes any fallback of a
+    head_dim > 256 full layer raise; ``targets`` / ``exclude`` pick patches by
+    name (``PATCH_NAMES``); ``force`` patches outside the supported versions.
+    Unset arguments come from FFPA_PATCH_STRICT / FFPA_PATCH_TARGETS /
+    FFPA_PATCH_EXCLUDE / FFPA_PATCH_FORCE.
+    """
+    return _apply(explicit=True, strict=strict, targets=targets, exclude=exclude, force=force)
+
+
+def revert() -> Status:
+    """Undo every patch exactly; later imports are left alone."""
+    _wanted.clear()
+    for patch in reversed(list(_patches.values())):
+        if patch.applied:
+            patch.revert()
+    runtime.strict = False
+    _message[0] = "reverted"
+    return status()
+
+
+def is_applied() -> bool:
+    """True while apply() is in effect (patches applied, or waiting for their module's import)."""
+    return bool(_wanted)
+
+
+def _patch_row(patch: Patch) -> dict:
+    state, reason = patch.state, patch.reason
+    if patch.name in _wanted and not patch.applied and state not in ("not needed", "failed"):
+        state, reason = PENDING, f"{patch.module} not imported yet"
+    elif patch.name not in _wanted and not patch.applied and state == "not applied" and _wanted:
+        state, reason = SKIPPED, "excluded by targets/exclude"
+    return {"name": patch.name, "state": state, "reason": reason, "summary": patch.summary}
+
+
+def status() -> Status:
+    return Status(
+        active=is_applied(),
+        strict=runtime.strict,
+        message=_message[0],
+        versions=versions.check_all(),
+        patches=[_patch_row(p) for p in _patches.values()],
+        routes=_stats.snapshot(),
+    )
+
+
+def stats() -> list[dict]:
+    """Attention routing counts: one row per (layer kind, kernel, reason)."""
+    return _stats.snapshot()
+
+
+def reset_stats() -> None:
+    _stats.reset()
+
+
+def _activate_on_import() -> None:
+    try:
+        _apply(explicit=False, strict=None, targets=None, exclude=(), force=None)
+    except Exception as exc:  # never break the user's import
+        if env.read().strict:
+            raise
+        log.warning("ffpa_patch: activation on import failed: %s", exc)
+
+
+_activate_on_import()

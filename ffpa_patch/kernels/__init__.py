@@ -1,0 +1,48 @@
+"""Kernel providers behind one seam.
+
+Routing asks ``active()`` for the kernels. By default that is ``CuteKernels``
+(ffpa-attn for the head_dim-512 full layers, flash-attn-4 for sliding layers,
+both imported lazily). ``use(ReferenceKernels())`` swaps in the fp32 reference
+with the same signatures and bottom-right causal semantics: the one documented
+seam CPU tests use. All tensors are ``[B, S, H, D]`` (dense) or ``[T, H, D]``
+(varlen); causal masking is bottom-right aligned; ``window`` counts the query
+itself (Transformers' ``sliding_window``).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator, Protocol
+
+
+class Kernels(Protocol):
+    name: str
+
+    def full_unsupported(self, device, dtype, head_dim: int) -> str | None: ...
+    def full_dense(self, q, k, v, scale: float): ...
+    def full_varlen(self, q, k, v, cu_seqlens, max_seqlen: int, scale: float): ...
+    def sliding_unsupported(self, device, dtype, head_dim: int) -> str | None: ...
+    def sliding_dense(self, q, k, v, scale: float, window: int): ...
+    def sliding_varlen(self, q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int): ...
+
+
+_active: Kernels | None = None
+
+
+def active() -> Kernels:
+    global _active
+    if _active is None:
+        from .cute import CuteKernels
+
+        _active = CuteKernels()
+    return _active
+
+
+@contextmanager
+def use(kernels: Kernels) -> Iterator[Kernels]:
+    """Route through ``kernels`` inside the block (tests: ``use(ReferenceKernels())``)."""
+    global _active
+    previous, _active = _active, kernels
+    try:
+        yield kernels
+    finally:
+        _active = previous

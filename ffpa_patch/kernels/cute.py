@@ -1,0 +1,26 @@
+"""The production kernels: ffpa-attn (full layers) and flash-attn-4 (sliding layers)."""
+from __future__ import annotations
+
+from . import fa4, ffpa
+
+
+class CuteKernels:
+    name = "cutedsl"
+
+    def full_unsupported(self, device, dtype, head_dim):
+        return ffpa.unsupported(device, dtype, head_dim)
+
+    def full_dense(self, q, k, v, scale):
+        return ffpa.dense(q, k, v, scale)
+
+    def full_varlen(self, q, k, v, cu_seqlens, max_seqlen, scale):
+        return ffpa.varlen(q, k, v, cu_seqlens, max_seqlen, scale)
+
+    def sliding_unsupported(self, device, dtype, head_dim):
+        return fa4.unsupported(device, dtype, head_dim)
+
+    def sliding_dense(self, q, k, v, scale, window):
+        return fa4.dense(q, k, v, scale, window)
+
+    def sliding_varlen(self, q, k, v, cu_seqlens, max_seqlen, scale, window):
+        return fa4.varlen(q, k, v, cu_seqlens, max_seqlen, scale, window)

@@ -1,0 +1,50 @@
+"""flash-attn-4 (CuTeDSL FlashAttention) for the sliding-window layers.
+
+Transformers' ``sliding_window`` W lets a query see itself and W-1 keys
+before it, which is flash-attn's ``window_size=(W - 1, 0)``.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+
+@functools.lru_cache(maxsize=1)
+def import_error() -> str | None:
+    try:
+        from flash_attn.cute import flash_attn_func  # noqa: F401
+    except Exception as exc:
+        return f"flash-attn-4 not importable ({type(exc).__name__}: {exc})"
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
+    if device.type != "cuda":
+        return f"device {device.type} (flash-attn-4 needs CUDA)"
+    if dtype not in (torch.float16, torch.bfloat16):
+        return f"dtype {dtype} (flash-attn-4 needs fp16/bf16)"
+    if head_dim > 256:
+        return f"head_dim {head_dim} > 256"
+    major, _ = torch.cuda.get_device_capability(device)
+    if major not in (9, 10):
+        return f"sm{major}x: flash-attn-4 routing is verified on sm90/sm100 only"
+    return import_error()
+
+
+def dense(q, k, v, scale: float, window: int):
+    from flash_attn.cute import flash_attn_func
+
+    out, _ = flash_attn_func(q, k, v, softmax_scale=scale, causal=True, window_size=(window - 1, 0))
+    return out
+
+
+def varlen(q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int):
+    from flash_attn.cute import flash_attn_varlen_func
+
+    out, _ = flash_attn_varlen_func(
+        q, k, v, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen,
+        max_seqlen_k=max_seqlen, softmax_scale=scale, causal=True, window_size=(window - 1, 0),
+    )
+    return out

@@ -1,0 +1,72 @@
+"""ffpa-attn for head_dim > 256: a low-copy autograd Function and the varlen call.
+
+Gemma4 builds q/k/v as ``[B, S, H, D]`` and hands the attention function
+``[B, H, S, D]`` transposed views; the CuTeDSL ops read ``[B, S, H, D]``
+directly. ``FFPADense`` passes those storages straight to
+``torch.ops.ffpa_attn._fwd_cute`` / ``_bwd_cute``, saves views (no
+``.contiguous()`` copies) and returns ``[B, S, H, D]``, which is what the
+attention interface must return. The ops exist only after
+``import ffpa_attn.cute``; everything here is resolved lazily.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+
+@functools.lru_cache(maxsize=1)
+def import_error() -> str | None:
+    """None when ffpa-attn's CuTeDSL ops are importable, else why not."""
+    try:
+        import ffpa_attn.cute  # noqa: F401  (registers torch.ops.ffpa_attn.*)
+    except Exception as exc:  # ImportError, or a broken CuTeDSL stack
+        return f"ffpa-attn not importable ({type(exc).__name__}: {exc})"
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
+    """Why the FFPA kernels cannot take this call, or None (sm90: 320 <= D <= 512; sm100: D = 512)."""
+    if device.type != "cuda":
+        return f"device {device.type} (FFPA needs CUDA)"
+    if dtype not in (torch.float16, torch.bfloat16):
+        return f"dtype {dtype} (FFPA needs fp16/bf16)"
+    major, minor = torch.cuda.get_device_capability(device)
+    if major == 9 and not 320 <= head_dim <= 512:
+        return f"head_dim {head_dim} not in 320..512 on sm90"
+    if major == 10 and head_dim != 512:
+        return f"head_dim {head_dim} != 512 on sm100"
+    if major not in (9, 10):
+        return f"sm{major}{minor} is not a Hopper/Blackwell GPU"
+    return import_error()
+
+
+class FFPADense(torch.autograd.Function):
+    """Causal (bottom-right) FFPA over ``[B, S, H, D]`` tensors, saving views only."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale: float):
+        out, lse = torch.ops.ffpa_attn._fwd_cute(q, k, v, scale, 1, 1)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = torch.ops.ffpa_attn._bwd_cute(dout.contiguous(), q, k, v, out, lse, ctx.scale, 1, 0)
+        return dq, dk, dv, None
+
+
+def dense(q, k, v, scale: float):
+    return FFPADense.apply(q, k, v, scale)
+
+
+def varlen(q, k, v, cu_seqlens, max_seqlen: int, scale: float):
+    from ffpa_attn import ffpa_attn_varlen_func
+
+    return ffpa_attn_varlen_func(
+        q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+        causal=True, enable_gqa=q.shape[-2] != k.shape[-2], softmax_scale=scale,
+    )

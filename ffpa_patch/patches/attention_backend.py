@@ -1,0 +1,51 @@
+"""Register the "ffpa" attention backend and its mask function with Transformers.
+
+Both registries are written through their class-level mapping (what
+``register`` does): an attention name missing from the mask registry would get
+``mask=None`` on every layer, silently dropping padding and the sliding window.
+The mask function is Transformers' own ``sdpa_mask``, except that it never
+skips the mask when q_len != kv_len, so a missing mask always means aligned
+(bottom-right) causal attention, which is what the kernels compute.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..registry import Patch
+from ..wrapping import Undo, set_mapping_entry
+
+BACKEND = "ffpa"
+
+
+def ffpa_attention_forward(module, query, key, value, attention_mask, **kwargs):
+    from ..routing.attention import route_attention
+
+    return route_attention(module, query, key, value, attention_mask, backend="ffpa", **kwargs)
+
+
+def ffpa_mask(*args, **kwargs):
+    from transformers import masking_utils
+
+    if not args and kwargs.get("q_length") != kwargs.get("kv_length"):
+        kwargs["allow_is_causal_skip"] = False
+    return masking_utils.sdpa_mask(*args, **kwargs)
+
+
+class FFPABackend(Patch):
+    name = "ffpa_backend"
+    module = "transformers.modeling_utils"
+    summary = 'attn_implementation="ffpa": FFPA full layers, flash-attn-4 sliding layers, exact fallbacks'
+
+    def is_needed(self, module: Any) -> tuple[bool, str]:
+        from transformers import masking_utils
+
+        for registry in (module.AttentionInterface, masking_utils.AttentionMaskInterface):
+            if BACKEND in registry._global_mapping:
+                raise RuntimeError(f"{registry.__name__} already has a {BACKEND!r} entry that is not ours")
+        return True, 'registers attn_implementation="ffpa"'
+
+    def install(self, module: Any, record: Callable[[Undo], None]) -> None:
+        from transformers import masking_utils
+
+        record(set_mapping_entry(module.AttentionInterface._global_mapping, BACKEND, ffpa_attention_forward))
+        record(set_mapping_entry(masking_utils.AttentionMaskInterface._global_mapping, BACKEND, ffpa_mask))

@@ -1,0 +1,31 @@
+"""The status object ``apply()`` and ``status()`` return: readable as text, dumpable as JSON."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .versions import VersionCheck
+
+
+@dataclass
+class Status:
+    active: bool
+    strict: bool
+    message: str
+    versions: list[VersionCheck] = field(default_factory=list)
+    patches: list[dict] = field(default_factory=list)
+    routes: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["versions"] = [dict(asdict(v), message=v.message) for v in self.versions]
+        return data
+
+    def __str__(self) -> str:
+        lines = [f"ffpa_patch: {self.message}" + (" [strict]" if self.strict else "")]
+        lines += [f"  {v.message}" for v in self.versions if v.installed or v.required]
+        lines.append("  patches:")
+        lines += [f"    {p['name']:<16} {p['state']:<18} {p['reason']}" for p in self.patches]
+        if self.routes:
+            lines.append("  attention calls (layer -> kernel: reason  count):")
+            lines += [f"    {r['layer']:<7} -> {r['kernel']:<5}: {r['reason']}  {r['count']}" for r in self.routes]
+        return "\n".join(lines)

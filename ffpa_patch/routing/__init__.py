@@ -1,0 +1,1 @@
+"""Per-call attention routing: decide (pure) -> masks -> kernel or fallback -> stats."""

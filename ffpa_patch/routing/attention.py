@@ -1,0 +1,105 @@
+"""The attention function behind the "ffpa" backend and the Gemma4 drop-in.
+
+Reads top to bottom: facts -> decide -> (mask analysis) -> kernel or fallback
+-> stats. Fallbacks call whatever the global "sdpa" registry entry holds at
+call time (so the repeat-KV fix applies where installed), with the mask
+exactly as Transformers built it.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import kernels, runtime
+from . import decide as decide_mod
+from . import masks, stats
+from .decide import EAGER, FFPA, CallFacts, Route
+
+
+
+class FFPAFallbackError(RuntimeError):
+    """Strict mode: a head_dim > 256 full layer did not run FFPA."""
+
+
+def _sdpa():
+    from transformers.modeling_utils import AttentionInterface
+
+    return AttentionInterface._global_mapping["sdpa"]
+
+
+def route_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    *,
+    backend: str,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    **kwargs,
+):
+    """Transformers' attention signature: q/k/v ``[B, H, S, D]``; returns ``([B, S, H, D], None)``."""
+    active = kernels.active()
+    is_sliding = bool(getattr(module, "is_sliding", False))
+    head_dim = query.shape[-1]
+    supported = active.sliding_unsupported if is_sliding else active.full_unsupported
+    facts = CallFacts(
+        backend=backend,
+        is_sliding=is_sliding,
+        is_causal=bool(getattr(module, "is_causal", True)),
+        head_dim=head_dim,
+        q_len=query.shape[2],
+        kv_len=key.shape[2],
+        mask_given=attention_mask is not None,
+        dropout=dropout,
+        scaling=scaling,
+        softcap=softcap,
+        kernel_problem=supported(query.device, query.dtype, head_dim),
+    )
+    route = decide_mod.decide(facts)
+    layout = None
+    if route.fused and attention_mask is not None:
+        layout = masks.analyse(attention_mask, query.shape[0], sliding_window if is_sliding else None)
+        route = decide_mod.refine(route, layout.kind)
+    _account(is_sliding, head_dim, route)
+
+    if route.fused:
+        window = sliding_window or getattr(module, "sliding_window", None)
+        return _run_fused(active, route.kernel, query, key, value, scaling, window, layout), None
+    if route.kernel == EAGER:
+        from transformers.models.gemma4.modeling_gemma4 import eager_attention_forward
+
+        mask = masks.to_additive(attention_mask, query.dtype)
+        return eager_attention_forward(
+            module, query, key, value, mask, dropout=dropout, scaling=scaling, softcap=softcap, **kwargs
+        )
+    return _sdpa()(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, sliding_window=sliding_window, **kwargs)
+
+
+def _account(is_sliding: bool, head_dim: int, route: Route) -> None:
+    if torch.compiler.is_compiling():
+        return
+    stats.record("sliding" if is_sliding else "full", route.kernel, route.reason)
+    if runtime.strict and decide_mod.should_have_run_ffpa(is_sliding, head_dim, route):
+        raise FFPAFallbackError(
+            f"ffpa_patch strict mode: a head_dim={head_dim} full-attention layer fell back to "
+            f"{route.kernel}: {route.reason}"
+        )
+
+
+def _run_fused(active, kernel, query, key, value, scale, window, layout):
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, S, H, D] views
+    if layout is None or layout.kind == "dense":
+        if kernel == FFPA:
+            return active.full_dense(q, k, v, scale)
+        return active.sliding_dense(q, k, v, scale, window)
+    batch, seq = q.shape[:2]
+    packed = [t.reshape(batch * seq, *t.shape[2:]).index_select(0, layout.indices) for t in (q, k, v)]
+    if kernel == FFPA:
+        out = active.full_varlen(*packed, layout.cu_seqlens, layout.max_seqlen, scale)
+    else:
+        out = active.sliding_varlen(*packed, layout.cu_seqlens, layout.max_seqlen, scale, window)
+    full = out.new_zeros(batch * seq, *out.shape[1:]).index_copy(0, layout.indices, out)
+    return full.view(batch, seq, *out.shape[1:])

@@ -1,0 +1,83 @@
+"""Read the structure out of the 4-D mask Transformers hands the attention call.
+
+A bool (or additive float) ``[B|1, 1|H, S, S]`` mask is accepted for a fused
+kernel only if, on every real query row, it is exactly "causal, same segment,
+key not padding" (plus the sliding window): then the call is ``dense`` (no
+padding, one sequence per row) or ``varlen`` (padding and/or packed sequences,
+described by cu_seqlens). Anything else (bidirectional image blocks, custom
+masks) is ``other`` and goes to SDPA with the mask as given. A token is real
+when it sees itself; a segment starts at a real token that cannot see the one
+before it. The result is cached per mask tensor: all layers of one kind share
+one mask per forward.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+_ROW_CHUNK = 1024
+
+
+@dataclass
+class Layout:
+    kind: str  # "dense" | "varlen" | "other"
+    indices: torch.Tensor | None = None  # flat positions (in B*S) of real tokens
+    cu_seqlens: torch.Tensor | None = None  # int32, segment bounds in the packed order
+    max_seqlen: int = 0
+
+
+_cache: list[tuple[weakref.ref, int, int | None, int, Layout]] = []
+
+
+def analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
+    for ref, version, win, b, layout in _cache:
+        if ref() is mask and version == mask._version and win == window and b == batch:
+            return layout
+    layout = _analyse(mask, batch, window)
+    _cache.insert(0, (weakref.ref(mask), mask._version, window, batch, layout))
+    del _cache[4:]
+    return layout
+
+
+def _analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
+    if mask.dim() != 4 or mask.shape[-1] != mask.shape[-2]:
+        return Layout("other")
+    allowed = mask if mask.dtype == torch.bool else mask == 0
+    if allowed.shape[1] != 1 and not bool((allowed == allowed[:, :1]).all()):
+        return Layout("other")
+    allowed = allowed[:, 0]
+    seq = allowed.shape[-1]
+    real = allowed.diagonal(dim1=-2, dim2=-1)
+    sees_prev = torch.nn.functional.pad(allowed.diagonal(offset=-1, dim1=-2, dim2=-1), (1, 0), value=False)
+    starts = real & ~sees_prev
+    segment = starts.cumsum(-1)
+    pos = torch.arange(seq, device=mask.device)
+    bad = torch.zeros((), dtype=torch.bool, device=mask.device)
+    for r0 in range(0, seq, _ROW_CHUNK):
+        rows = pos[r0 : r0 + _ROW_CHUNK, None]
+        expected = (segment[:, r0 : r0 + _ROW_CHUNK, None] == segment[:, None, :]) & real[:, None, :] & (pos <= rows)
+        if window is not None:
+            expected &= (rows - pos) < window
+        wrong = (allowed[:, r0 : r0 + _ROW_CHUNK] != expected) & real[:, r0 : r0 + _ROW_CHUNK, None]
+        bad |= wrong.any()
+    if bad.item():
+        return Layout("other")
+    real, starts, segment = (t.expand(batch, seq) for t in (real, starts, segment))
+    if bool((real.all(-1) & (starts.sum(-1) == 1)).all()):
+        return Layout("dense")
+    per_row = starts.sum(-1)
+    row_offset = torch.nn.functional.pad(per_row.cumsum(0)[:-1], (1, 0))
+    global_segment = (segment + row_offset[:, None]).flatten()
+    indices = real.flatten().nonzero().squeeze(1)
+    lengths = torch.bincount(global_segment[indices] - 1, minlength=int(per_row.sum()))
+    cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
+    return Layout("varlen", indices, cu_seqlens, int(lengths.max()))
+
+
+def to_additive(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """A bool "may attend" mask as the additive float mask eager attention adds."""
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)

@@ -1,0 +1,25 @@
+"""Counters of routing decisions by (layer kind, kernel, reason)."""
+from __future__ import annotations
+
+from collections import Counter
+
+_counts: Counter = Counter()
+
+
+def record(layer: str, kernel: str, reason: str) -> None:
+    _counts[(layer, kernel, reason)] += 1
+
+
+def snapshot() -> list[dict]:
+    return [
+        {"layer": layer, "kernel": kernel, "reason": reason, "count": n}
+        for (layer, kernel, reason), n in sorted(_counts.items())
+    ]
+
+
+def total(layer: str | None = None, kernel: str | None = None) -> int:
+    return sum(n for (lay, ker, _), n in _counts.items() if layer in (None, lay) and kernel in (None, ker))
+
+
+def reset() -> None:
+    _counts.clear()

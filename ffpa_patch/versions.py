@@ -1,0 +1,75 @@
+"""Supported version ranges (the one place they live) and installed versions.
+
+Installed versions are read with importlib.metadata so checking never imports
+torch or transformers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import metadata
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+#: distribution name -> supported range. Gemma4 exists from Transformers 5.5.0;
+#: the upper bound is the newest line in the tox matrix.
+SUPPORTED: dict[str, str] = {
+    "transformers": ">=5.5.0,<5.26",
+    "torch": ">=2.5",
+    "ffpa-attn": ">=0.2.4,<0.3",
+    "flash-attn-4": ">=4.0.0b36",
+    "nemo-automodel": ">=0.6,<0.8",
+}
+#: packages without which the patch does nothing; the others are optional.
+REQUIRED = ("transformers", "torch")
+
+
+def installed(dist: str) -> Version | None:
+    """The installed version of ``dist``, or None when it is absent or unreadable."""
+    try:
+        return Version(metadata.version(dist))
+    except (metadata.PackageNotFoundError, InvalidVersion):
+        return None
+
+
+@dataclass(frozen=True)
+class VersionCheck:
+    name: str
+    installed: str | None
+    supported: str
+    ok: bool
+    required: bool
+
+    @property
+    def message(self) -> str:
+        if self.installed is None:
+            kind = "required" if self.required else "optional"
+            return f"{self.name} is not installed ({kind}; supported {self.supported})"
+        verdict = "supported" if self.ok else "UNSUPPORTED"
+        return f"{self.name} {self.installed} ({verdict}; supported {self.supported})"
+
+
+def check(dist: str) -> VersionCheck:
+    ver = installed(dist)
+    spec = SpecifierSet(SUPPORTED[dist], prereleases=True)
+    return VersionCheck(
+        name=dist,
+        installed=None if ver is None else str(ver),
+        supported=SUPPORTED[dist],
+        ok=ver is not None and ver in spec,
+        required=dist in REQUIRED,
+    )
+
+
+def check_all() -> list[VersionCheck]:
+    return [check(d) for d in SUPPORTED]
+
+
+def gate_problems(checks: list[VersionCheck]) -> list[str]:
+    """Messages for required packages that are missing or outside their range,
+    and for optional ones that are present but outside theirs."""
+    return [
+        c.message
+        for c in checks
+        if (c.required and not c.ok) or (not c.required and c.installed and not c.ok)
+    ]

@@ -1,0 +1,46 @@
+"""Tiny Gemma4 text models (random weights, CPU) shaped like the real families."""
+from __future__ import annotations
+
+import torch
+
+FAMILIES = {
+    # 31B-like: k_eq_v full layers, GQA 4:1 on full layers, 5 sliding : 1 full
+    "dense31b": dict(num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2, num_global_key_value_heads=1,
+                     attention_k_eq_v=True, sliding_window=8),
+    # E2B-like: KV sharing across the last layers, MQA
+    "e2b": dict(num_hidden_layers=5, num_attention_heads=2, num_key_value_heads=1, num_global_key_value_heads=1,
+                attention_k_eq_v=False, sliding_window=8, num_kv_shared_layers=2),
+    # 26B-A4B-like MoE
+    "moe": dict(num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2, num_global_key_value_heads=1,
+                attention_k_eq_v=True, sliding_window=8, enable_moe_block=True, num_experts=4, top_k_experts=2,
+                moe_intermediate_size=32),
+}
+
+
+def text_config(family: str = "dense31b", attn: str = "eager", **overrides):
+    from transformers import Gemma4TextConfig
+
+    spec = dict(FAMILIES[family])
+    n_layers = spec["num_hidden_layers"]
+    period = 6 if family != "e2b" else 5
+    layer_types = ["full_attention" if (i + 1) % period == 0 else "sliding_attention" for i in range(n_layers)]
+    if family == "e2b":
+        layer_types = ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    kw = dict(
+        vocab_size=128, hidden_size=64, intermediate_size=64, head_dim=32, global_head_dim=512,
+        hidden_size_per_layer_input=0, vocab_size_per_layer_input=128, final_logit_softcapping=30.0,
+        tie_word_embeddings=True, use_cache=False, layer_types=layer_types, attention_dropout=0.0,
+    )
+    kw.update(spec)
+    kw.update(overrides)
+    cfg = Gemma4TextConfig(**kw)
+    cfg._attn_implementation = attn
+    return cfg
+
+
+def causal_lm(family: str = "dense31b", attn: str = "eager", seed: int = 0, **overrides):
+    from transformers import Gemma4ForCausalLM
+
+    torch.manual_seed(seed)
+    model = Gemma4ForCausalLM(text_config(family, attn, **overrides)).float().eval()
+    return model
