@@ -16,7 +16,6 @@ log = logging.getLogger("ffpa_patch")
 
 Undo = Callable[[], None]
 _MISSING = object()
-MARK = "_self_ffpa_patch"
 
 
 class _Switch:
@@ -32,14 +31,19 @@ class _Switch:
         self.on = False
 
 
+_ours: dict[int, tuple[wrapt.FunctionWrapper, str]] = {}
+
+
 def is_ours(obj: Any) -> bool:
-    return isinstance(obj, wrapt.FunctionWrapper) and getattr(obj, MARK, None) is not None
+    """Identity, not attribute lookup: a proxy on top of ours forwards attributes to ours."""
+    entry = _ours.get(id(obj))
+    return entry is not None and entry[0] is obj
 
 
 def make_wrapper(original: Any, wrapper: Callable, name: str) -> tuple[wrapt.FunctionWrapper, _Switch]:
     switch = _Switch()
     fw = wrapt.FunctionWrapper(original, wrapper, enabled=switch)
-    setattr(fw, MARK, name)
+    _ours[id(fw)] = (fw, name)
     return fw, switch
 
 
@@ -47,7 +51,7 @@ def wrap_attribute(owner: Any, path: str, wrapper: Callable, name: str) -> tuple
     """Wrap ``owner.path`` (``"func"`` or ``"Class.method"``) with a wrapt wrapper."""
     parent, attribute, original = wrapt.resolve_path(owner, path)
     if is_ours(original):
-        raise RuntimeError(f"{path} is already wrapped by ffpa_patch ({getattr(original, MARK)})")
+        raise RuntimeError(f"{path} is already wrapped by ffpa_patch ({_ours[id(original)][1]})")
     own = vars(parent).get(attribute, _MISSING)
     fw, switch = make_wrapper(original, wrapper, name)
     setattr(parent, attribute, fw)
@@ -59,8 +63,9 @@ def wrap_attribute(owner: Any, path: str, wrapper: Callable, name: str) -> tuple
                 delattr(parent, attribute)
             else:
                 setattr(parent, attribute, own)
+            _ours.pop(id(fw), None)
         else:
-            switch.on = False
+            switch.off()
             log.warning("ffpa_patch: %s was re-wrapped by someone else; disabled ours in place", path)
 
     return fw, switch, undo

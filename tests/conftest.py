@@ -1,0 +1,58 @@
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+os.environ.setdefault("USE_HUB_KERNELS", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except Exception:
+        has_gpu = False
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords and not has_gpu:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def patched():
+    """ffpa_patch applied (all targets) for the test, reverted afterwards, counts reset."""
+    import ffpa_patch
+
+    ffpa_patch.revert()
+    ffpa_patch.reset_stats()
+    status = ffpa_patch.apply()
+    yield status
+    ffpa_patch.revert()
+    ffpa_patch.reset_stats()
+
+
+@pytest.fixture
+def reference_kernels():
+    """The documented seam: the fp32 reference instead of the CuTeDSL kernels."""
+    from ffpa_patch.kernels import use
+    from ffpa_patch.kernels.reference import ReferenceKernels
+
+    with use(ReferenceKernels()) as k:
+        yield k
+
+
+def run_python(code: str, env_extra: dict | None = None, args=("-c",)) -> str:
+    """Run code in a fresh interpreter; returns stdout, raises with stderr on failure."""
+    import subprocess
+
+    env = dict(os.environ)
+    env.pop("FFPA_PATCH_DISABLE", None)
+    env.update(env_extra or {})
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run([sys.executable, *args, code], capture_output=True, text=True, env=env, timeout=300)
+    if proc.returncode != 0:
+        raise AssertionError(f"subprocess failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
