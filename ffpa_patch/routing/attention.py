@@ -71,6 +71,8 @@ def route_attention(
     if route.kernel == EAGER:
         from transformers.models.gemma4.modeling_gemma4 import eager_attention_forward
 
+        if attention_mask is None and facts.is_causal and facts.q_len > 1:
+            attention_mask = masks.causal(facts.q_len, facts.kv_len, query.device)
         mask = masks.to_additive(attention_mask, query.dtype)
         return eager_attention_forward(
             module, query, key, value, mask, dropout=dropout, scaling=scaling, softcap=softcap, **kwargs

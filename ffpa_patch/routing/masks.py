@@ -76,6 +76,12 @@ def _analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     return Layout("varlen", indices, cu_seqlens, int(lengths.max()))
 
 
+def causal(q_len: int, kv_len: int, device) -> torch.Tensor:
+    """Bottom-right aligned causal "may attend" mask ``[1, 1, q_len, kv_len]`` (what a missing mask means)."""
+    i = torch.arange(q_len, device=device)[:, None] + (kv_len - q_len)
+    return (torch.arange(kv_len, device=device)[None, :] <= i)[None, None]
+
+
 def to_additive(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """A bool "may attend" mask as the additive float mask eager attention adds."""
     if mask is None or mask.dtype != torch.bool:

@@ -1,0 +1,111 @@
+"""Each fallback reason: triggered for real, the reason recorded, the result still correct."""
+import pytest
+import torch
+
+import ffpa_patch
+import tiny
+from ffpa_patch.routing import stats
+from ffpa_patch.routing.attention import FFPAFallbackError, route_attention
+
+
+def reasons(layer="full"):
+    return {r["reason"] for r in stats.snapshot() if r["layer"] == layer and r["kernel"] != "ffpa"}
+
+
+def full_attention_module(model):
+    return next(l.self_attn for l in model.model.layers if not l.self_attn.is_sliding)
+
+
+def test_kernel_unavailable_on_cpu_falls_back_to_sdpa_with_reason(patched):
+    model = tiny.causal_lm("dense31b", attn="eager")
+    ids = torch.randint(0, 128, (2, 16))
+    ref = model(ids).logits
+    model.set_attn_implementation("ffpa")
+    out = model(ids).logits  # real CuteKernels: CPU tensors are not eligible
+    torch.testing.assert_close(out, ref, atol=5e-5, rtol=1e-4)
+    assert any("FFPA needs CUDA" in r for r in reasons())
+
+
+def test_strict_raises_naming_the_reason(patched):
+    ffpa_patch.apply(strict=True)
+    model = tiny.causal_lm("dense31b", attn="ffpa")
+    with pytest.raises(FFPAFallbackError, match="FFPA needs CUDA"):
+        model(torch.randint(0, 128, (1, 8)))
+
+
+def test_decode_and_chunked_prefill_use_sdpa_and_match_full_forward(patched, reference_kernels):
+    model = tiny.causal_lm("dense31b", attn="eager", use_cache=True)
+    ids = torch.randint(0, 128, (1, 20))
+    ref = model(ids, use_cache=False).logits
+    model.set_attn_implementation("ffpa")
+    first = model(ids[:, :12], use_cache=True)
+    chunk = model(ids[:, 12:19], past_key_values=first.past_key_values, use_cache=True)
+    step = model(ids[:, 19:], past_key_values=chunk.past_key_values, use_cache=True)
+    torch.testing.assert_close(first.logits, ref[:, :12], atol=5e-5, rtol=1e-4)
+    torch.testing.assert_close(chunk.logits, ref[:, 12:19], atol=5e-5, rtol=1e-4)
+    torch.testing.assert_close(step.logits, ref[:, 19:], atol=5e-5, rtol=1e-4)
+    assert {"decode (q_len == 1)", "q_len != kv_len (cache or chunked prefill)"} <= reasons()
+    assert stats.total("full", "ffpa") == 1  # only the first (prefill) call ran FFPA
+
+
+def test_bidirectional_image_block_mask_goes_to_sdpa_with_mask(patched, reference_kernels):
+    model = tiny.causal_lm("dense31b", attn="eager")
+    attn = full_attention_module(model)
+    torch.manual_seed(0)
+    q = torch.randn(1, 4, 16, 512)
+    k = torch.randn(1, 1, 16, 512)
+    mask = torch.ones(16, 16, dtype=torch.bool).tril()
+    mask[4:9, 4:9] = True  # an image block attends both ways
+    mask = mask[None, None]
+    out, _ = route_attention(attn, q, k, k, mask, backend="ffpa", scaling=1.0)
+    from transformers.models.gemma4.modeling_gemma4 import eager_attention_forward
+
+    additive = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    ref, _ = eager_attention_forward(attn, q, k, k, additive, scaling=1.0)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
+    assert any("not causal+padding" in r for r in reasons())
+
+
+def test_softcap_goes_to_eager_with_softcap(patched, reference_kernels):
+    model = tiny.causal_lm("dense31b", attn="eager")
+    attn = full_attention_module(model)
+    q, k = torch.randn(1, 4, 8, 512), torch.randn(1, 1, 8, 512)
+    out, _ = route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0, softcap=5.0)
+    from transformers.models.gemma4.modeling_gemma4 import eager_attention_forward
+
+    causal = torch.zeros(8, 8).masked_fill(~torch.ones(8, 8, dtype=torch.bool).tril(), torch.finfo(torch.float32).min)
+    ref, _ = eager_attention_forward(attn, q, k, k, causal[None, None], scaling=1.0, softcap=5.0)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
+    assert any("softcap" in r for r in {x["reason"] for x in stats.snapshot()})
+
+
+def test_bidirectional_module_is_not_sent_to_causal_kernels(patched, reference_kernels):
+    model = tiny.causal_lm("dense31b", attn="eager")
+    attn = full_attention_module(model)
+    attn.is_causal = False
+    q, k = torch.randn(1, 4, 8, 512), torch.randn(1, 1, 8, 512)
+    out, _ = route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat(1, 4, 1, 1), k.repeat(1, 4, 1, 1), scale=1.0)
+    torch.testing.assert_close(out, ref.transpose(1, 2), atol=1e-5, rtol=1e-4)
+    assert any("bidirectional" in r for r in reasons())
+
+
+def test_training_dropout_falls_back(patched, reference_kernels):
+    model = tiny.causal_lm("dense31b", attn="ffpa", attention_dropout=0.5).train()
+    out = model(torch.randint(0, 128, (1, 8))).logits
+    assert torch.isfinite(out).all()
+    assert "attention dropout > 0" in reasons()
+    model.eval()
+    stats.reset()
+    model(torch.randint(0, 128, (1, 8)))
+    assert stats.total("full", "ffpa") == 1  # eval: no dropout, FFPA again
+
+
+def test_kv_shared_tail_slice_matches_eager(patched, reference_kernels):
+    # Transformers 5.23+ slice KV-shared layers' queries to logits_to_keep for custom backends.
+    model = tiny.causal_lm("e2b", attn="eager")
+    ids = torch.randint(0, 128, (1, 16))
+    ref = model(ids).logits
+    model.set_attn_implementation("ffpa")
+    out = model(ids, logits_to_keep=3).logits
+    torch.testing.assert_close(out, ref[:, -3:], atol=5e-5, rtol=1e-4)

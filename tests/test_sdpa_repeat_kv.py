@@ -1,0 +1,70 @@
+"""The repeat-KV fix on a real tiny Gemma4 (head_dim-512 full layers, GQA) per Transformers version."""
+import pytest
+import torch
+
+import ffpa_patch
+import tiny
+from ffpa_patch.patches.sdpa_repeat_kv import _bug_present
+
+
+@pytest.fixture
+def sdpa_calls(monkeypatch):
+    """Record (head_dim, enable_gqa) of every torch SDPA call (a spy: the real function runs)."""
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, *args, **kwargs):
+        calls.append((q.shape[-1], bool(kwargs.get("enable_gqa", False))))
+        return real(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    return calls
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def test_fix_removes_enable_gqa_at_head_dim_512_and_keeps_logits(sdpa_calls):
+    from transformers.integrations import sdpa_attention
+
+    ffpa_patch.revert()
+    model = tiny.causal_lm("dense31b", attn="eager")
+    ids = torch.randint(0, 128, (1, 24))
+    reference = _logits(model, ids)
+    model.set_attn_implementation("sdpa")
+    buggy = _bug_present(sdpa_attention)
+
+    stock = _logits(model, ids)
+    stock_gqa512 = [c for c in sdpa_calls if c == (512, True)]
+    assert bool(stock_gqa512) is buggy  # 5.5-5.12 call SDPA with enable_gqa at D=512; 5.13+ do not
+    sdpa_calls.clear()
+
+    try:
+        st = ffpa_patch.apply(targets=["sdpa_repeat_kv"])
+        row = next(p for p in st.patches if p["name"] == "sdpa_repeat_kv")
+        assert row["state"] == ("applied" if buggy else "not needed")
+        fixed = _logits(model, ids)
+    finally:
+        ffpa_patch.revert()
+    assert any(c[0] == 512 for c in sdpa_calls)
+    assert (512, True) not in sdpa_calls
+    torch.testing.assert_close(fixed, reference, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(stock, reference, atol=2e-5, rtol=1e-4)
+
+
+def test_fix_reaches_registry_entry_and_module_attribute():
+    from transformers.integrations import sdpa_attention
+    from transformers.modeling_utils import AttentionInterface
+
+    ffpa_patch.revert()
+    original = sdpa_attention.sdpa_attention_forward
+    try:
+        ffpa_patch.apply(targets=["sdpa_repeat_kv"])
+        assert AttentionInterface._global_mapping["sdpa"] is sdpa_attention.sdpa_attention_forward
+        assert (sdpa_attention.sdpa_attention_forward is not original) is _bug_present(sdpa_attention)
+    finally:
+        ffpa_patch.revert()
+    assert sdpa_attention.sdpa_attention_forward is original
+    assert AttentionInterface._global_mapping["sdpa"] is original
