@@ -24,6 +24,10 @@ NOT_APPLIED = "not applied"
 TARGET_NOT_FOUND = "target not found"
 
 
+class TargetNotFound(Exception):
+    """The target module exists but not in a layout we know: stay out of the way."""
+
+
 class Patch:
     """One patch target. Subclasses set ``name``, ``module``, ``summary`` and
     implement ``is_needed`` and ``install``."""
@@ -55,7 +59,11 @@ class Patch:
         after rolling back (the caller decides whether to raise or log)."""
         if self.applied:
             return self.state
-        needed, why = self.is_needed(module)
+        try:
+            needed, why = self.is_needed(module)
+        except TargetNotFound as exc:
+            self.state, self.reason = TARGET_NOT_FOUND, str(exc)
+            return self.state
         if not needed:
             self.state, self.reason = NOT_NEEDED, why
             return self.state
