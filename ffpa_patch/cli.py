@@ -1,0 +1,72 @@
+"""ffpa-patch run | status [--json] | startup-path"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _status(as_json: bool) -> int:
+    import importlib
+
+    import ffpa_patch
+
+    for name in ("transformers.modeling_utils", "transformers.models.gemma4.modeling_gemma4"):
+        try:
+            importlib.import_module(name)  # so status shows what would be patched, not "waiting"
+        except Exception:
+            pass
+    st = ffpa_patch.status()
+    data = st.as_dict()
+    data["kernels"] = _kernel_report()
+    if as_json:
+        print(json.dumps(data, indent=1))
+    else:
+        print(st)
+        print("  kernels on this machine:")
+        for name, why in data["kernels"].items():
+            print(f"    {name:<11} {why or 'usable'}")
+    return 0
+
+
+def _kernel_report() -> dict:
+    try:
+        import torch
+
+        from ffpa_patch.kernels import fa4, ffpa
+
+        dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+        return {
+            "ffpa D=512": ffpa.unsupported(dev, torch.bfloat16, 512),
+            "fa4 D=256": fa4.unsupported(dev, torch.bfloat16, 256),
+        }
+    except Exception as exc:
+        return {"torch": f"not importable ({exc})"}
+
+
+def _run(cmd: list[str]) -> int:
+    if not cmd:
+        print("usage: ffpa-patch run -- CMD [ARGS...]", file=sys.stderr)
+        return 2
+    boot = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (boot, os.environ.get("PYTHONPATH", "")) if p)
+    os.execvp(cmd[0], cmd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ffpa-patch", description="FFPA attention for stock Transformers Gemma4")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    st = sub.add_parser("status", help="versions, patches, kernels, routing counts")
+    st.add_argument("--json", action="store_true")
+    run = sub.add_parser("run", help="run CMD with ffpa_patch active in every Python process")
+    run.add_argument("command", nargs=argparse.REMAINDER)
+    sub.add_parser("startup-path", help="print the PYTHONSTARTUP file's path")
+    args = ap.parse_args(argv)
+    if args.cmd == "status":
+        return _status(args.json)
+    if args.cmd == "startup-path":
+        print(os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup.py"))
+        return 0
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    return _run(cmd)

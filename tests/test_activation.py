@@ -1,0 +1,78 @@
+"""Automatic activation routes, each in a fresh interpreter, and the CLI."""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import run_python
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "sitecustomize_example")
+PROBE = (
+    "import sys, transformers.models.gemma4.modeling_gemma4 as g\n"
+    "from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS\n"
+    "print('PATCHED' if g.ALL_ATTENTION_FUNCTIONS is not ALL_ATTENTION_FUNCTIONS else 'PLAIN')\n"
+)
+
+
+def run_plain(code, pythonpath, extra_env=None, flags=()):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(pythonpath))
+    env.pop("FFPA_PATCH_DISABLE", None)
+    env.update(extra_env or {})
+    proc = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_sitecustomize_example_patches_on_import():
+    assert run_plain(PROBE, [EXAMPLE, ROOT]) == "PATCHED"
+
+
+def test_without_sitecustomize_nothing_is_patched():
+    assert run_plain(PROBE, [ROOT]) == "PLAIN"
+
+
+def test_sitecustomize_chains_to_the_users_own(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.USER_SITE_RAN = True\n")
+    code = PROBE + "import builtins\nprint(getattr(builtins, 'USER_SITE_RAN', False))\n"
+    assert run_plain(code, [EXAMPLE, ROOT, str(tmp_path)]) == "True"
+    assert run_plain(PROBE, [EXAMPLE, ROOT, str(tmp_path)]) == "PATCHED"
+
+
+def test_disable_env_wins_over_sitecustomize():
+    assert run_plain(PROBE, [EXAMPLE, ROOT], {"FFPA_PATCH_DISABLE": "1"}) == "PLAIN"
+
+
+def test_isolated_mode_skips_sitecustomize():
+    # -I ignores PYTHONPATH and sitecustomize, so the patch is not active (documented)
+    code = "import sys; print('ffpa_patch' in sys.modules)"
+    assert run_plain(code, [EXAMPLE, ROOT], flags=("-I",)) == "False"
+
+
+def test_run_launcher_patches_the_child():
+    code = f"import subprocess, sys; sys.argv = ['ffpa-patch', 'run', '--', sys.executable, '-c', {PROBE!r}]\nfrom ffpa_patch.cli import main; main(sys.argv[1:])"
+    assert run_plain(code, [ROOT]) == "PATCHED"
+
+
+def test_pythonstartup_prints_status_in_interactive_session():
+    path = run_python("from ffpa_patch.cli import main; main(['startup-path'])").strip()
+    env = dict(os.environ, PYTHONSTARTUP=path, PYTHONPATH=ROOT)
+    env.pop("FFPA_PATCH_DISABLE", None)
+    proc = subprocess.run([sys.executable, "-i"], input="import sys; print('in', 'ffpa_patch' in sys.modules)\n",
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert "ffpa_patch: active" in proc.stdout + proc.stderr
+    assert "in True" in proc.stdout
+
+
+def test_status_json_schema():
+    out = run_python("from ffpa_patch.cli import main; main(['status', '--json'])")
+    data = json.loads(out)
+    assert {"active", "strict", "message", "versions", "patches", "routes", "kernels"} <= data.keys()
+    names = {p["name"]: p["state"] for p in data["patches"]}
+    assert names["ffpa_backend"] == "applied" and names["gemma4_dropin"] == "applied"
+    assert any(v["name"] == "transformers" and v["ok"] for v in data["versions"])
+
+
+def test_status_text_names_patches_and_kernels():
+    out = run_python("from ffpa_patch.cli import main; main(['status'])")
+    assert "gemma4_dropin" in out and "kernels on this machine" in out
