@@ -1,7 +1,8 @@
 """One training step of a reduced-depth Gemma4 text model with 31B layer shapes.
 
-Backends: stock sdpa (patch reverted), drop-in (patch applied, model on sdpa),
-ffpa (attn_implementation="ffpa": FFPA full layers, flash-attn-4 sliding layers).
+Backends: sdpa-stock (patch reverted), sdpa-fixed (only the 5.5-5.12 repeat-KV fix),
+sdpa-dropin (patch applied, model on sdpa), ffpa (attn_implementation="ffpa": FFPA
+full layers, flash-attn-4 sliding layers).
 python benchmarks/e2e.py --seqs 8192 16384 --layers 6 --out benchmarks/results/e2e.json
 """
 import argparse
@@ -31,14 +32,14 @@ def config(layers):
     return cfg
 
 
-def run(backend, seq, layers, steps, batch, padded, ckpt):
+def run(backend, seq, layers, steps, batch, padded, ckpt, targets=None):
     from transformers import Gemma4ForCausalLM
 
     ffpa_patch.revert()
     if backend != "sdpa-stock":
-        ffpa_patch.apply()
+        ffpa_patch.apply(targets=targets)
     ffpa_patch.reset_stats()
-    attn = {"sdpa-stock": "sdpa", "sdpa-dropin": "sdpa", "ffpa": "ffpa"}[backend]
+    attn = {"sdpa-stock": "sdpa", "sdpa-dropin": "sdpa", "sdpa-fixed": "sdpa", "ffpa": "ffpa"}[backend]
     torch.manual_seed(0)
     cfg = config(layers)
     cfg._attn_implementation = attn
@@ -46,7 +47,12 @@ def run(backend, seq, layers, steps, batch, padded, ckpt):
         model = Gemma4ForCausalLM(cfg).to(torch.bfloat16)
     model.config._attn_implementation = attn
     if ckpt:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}
+        if ckpt == "selective":
+            from ffpa_patch import checkpointing
+
+            kwargs["context_fn"] = checkpointing.context_fn
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
     ids = torch.randint(0, 4096, (batch, seq), device="cuda")
@@ -82,7 +88,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--padded", action="store_true")
-    ap.add_argument("--ckpt", action="store_true")
+    ap.add_argument("--ckpt", choices=["plain", "selective"], default=None)
     ap.add_argument("--backends", nargs="+", default=["sdpa-stock", "sdpa-dropin", "ffpa"])
     ap.add_argument("--out", default="benchmarks/results/e2e.json")
     args = ap.parse_args()
@@ -90,7 +96,8 @@ def main():
     for seq in args.seqs:
         for backend in args.backends:
             try:
-                rows.append(run(backend, seq, args.layers, args.steps, args.batch, args.padded, args.ckpt))
+                targets = ["sdpa_repeat_kv"] if backend == "sdpa-fixed" else None
+                rows.append(run(backend, seq, args.layers, args.steps, args.batch, args.padded, args.ckpt, targets))
             except torch.OutOfMemoryError as exc:
                 rows.append(dict(backend=backend, seq=seq, error=f"OOM: {exc}"[:200]))
                 torch.cuda.empty_cache()

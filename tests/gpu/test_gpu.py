@@ -103,3 +103,25 @@ def test_low_copy_function_compiles_fullgraph():
     out = fn(q, k, v)
     out.sum().backward()
     torch.testing.assert_close(out, ffpa_kernels.dense(q, k, v, 0.05))
+
+
+def _ffpa_fwd_calls(model, ids):
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        model(ids, labels=ids).loss.backward()
+    return sum(e.count for e in prof.key_averages() if e.key.endswith("_fwd_cute"))
+
+
+def test_selective_checkpointing_halves_ffpa_forward_calls():
+    from ffpa_patch import checkpointing
+
+    ffpa_patch.apply()
+    _, low = _model_pair("dense31b", torch.bfloat16)
+    low.train()
+    ids = torch.randint(0, 128, (1, 1024), device="cuda")
+    low.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    plain = _ffpa_fwd_calls(low, ids)
+    low.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False, "context_fn": checkpointing.context_fn})
+    selective = _ffpa_fwd_calls(low, ids)
+    assert plain == 2 and selective == 1, (plain, selective)
