@@ -46,13 +46,7 @@ def _model_pair(family, dtype):
     return fp32, low
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("kind", ["text", "padded", "packed"])
-def test_tiny_gemma4_on_real_kernels_matches_fp32(kind, dtype):
-    ffpa_patch.apply()
-    stats.reset()
-    fp32, low = _model_pair("dense31b", dtype)
-    s = 512
+def _batch(kind, s=512):
     ids = torch.randint(0, 128, (2, s), device="cuda")
     kw, valid = {}, torch.ones(2, s, dtype=torch.bool, device="cuda")
     if kind == "padded":
@@ -61,17 +55,71 @@ def test_tiny_gemma4_on_real_kernels_matches_fp32(kind, dtype):
         kw["attention_mask"] = valid.long()
     if kind == "packed":
         kw["position_ids"] = torch.cat([torch.arange(200), torch.arange(312)]).repeat(2, 1).cuda()
-    ref = fp32(ids, **kw).logits
-    out = low(ids, **kw).logits
-    assert rel_err(out[valid], ref[valid]) < 3e-2
-    loss = (out.float().logsumexp(-1) * valid).sum() / valid.sum()
-    loss.backward()
-    ref_loss = (ref.logsumexp(-1) * valid).sum() / valid.sum()
-    ref_loss.backward()
-    full = next(l for l in low.model.layers if not l.self_attn.is_sliding)
-    full_ref = next(l for l in fp32.model.layers if not l.self_attn.is_sliding)
-    assert rel_err(full.self_attn.q_proj.weight.grad, full_ref.self_attn.q_proj.weight.grad) < 5e-2
+    return ids, kw, valid
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kind", ["text", "padded", "packed"])
+def test_tiny_gemma4_on_real_kernels_matches_fp32(kind, dtype):
+    """Error vs the fp32 model is at the level of stock low-precision SDPA (FACTS: same as SDPA bf16)."""
+    fp32, low = _model_pair("dense31b", dtype)
+    ids, kw, valid = _batch(kind)
+    with torch.no_grad():
+        ref = fp32(ids, **kw).logits
+        ffpa_patch.revert()
+        low.set_attn_implementation("sdpa")
+        stock = low(ids, **kw).logits
+        ffpa_patch.apply()
+        low.set_attn_implementation("ffpa")
+        stats.reset()
+        out = low(ids, **kw).logits
+    floor, err = rel_err(stock[valid], ref[valid]), rel_err(out[valid], ref[valid])
+    print(f"{kind} {dtype}: ffpa_patch {err:.4f} vs stock sdpa {floor:.4f}")
+    assert err <= 1.25 * floor + 2e-3
     assert stats.total("full", "ffpa") == 1 and stats.total("sliding", "fa4") == 5, stats.snapshot()
+
+
+@pytest.mark.parametrize("kind", ["text", "padded", "packed"])
+def test_tiny_gemma4_gradients_match_reference_kernels(kind):
+    """Same bf16 model, same routing: real kernels vs the fp32 reference kernels (the CPU seam)."""
+    from ffpa_patch.kernels import use
+    from ffpa_patch.kernels.reference import ReferenceKernels
+
+    ffpa_patch.apply()
+    _, low = _model_pair("dense31b", torch.bfloat16)
+    ids, kw, valid = _batch(kind)
+
+    def grads():
+        low.zero_grad()
+        logits = low(ids, **kw).logits
+        ((logits.float().logsumexp(-1) * valid).sum() / valid.sum()).backward()
+        attn = [l.self_attn for l in low.model.layers]
+        return logits.detach(), [a.q_proj.weight.grad.clone() for a in attn]
+
+    out, g = grads()
+    with use(ReferenceKernels()):
+        ref, g_ref = grads()
+    print(f"{kind}: logits {rel_err(out[valid], ref[valid]):.4f}, q_proj grads {[round(rel_err(a, b), 4) for a, b in zip(g, g_ref)]}")
+    assert rel_err(out[valid], ref[valid]) < 2e-2
+    for a, b in zip(g, g_ref):
+        assert rel_err(a, b) < 5e-2
+
+
+@pytest.mark.parametrize("window", [None, 128])
+def test_fa4_sliding_matches_reference_dense_and_varlen(window):
+    from ffpa_patch.kernels import fa4
+
+    if fa4.unsupported(torch.device("cuda"), torch.bfloat16, 256):
+        pytest.skip(fa4.unsupported(torch.device("cuda"), torch.bfloat16, 256))
+    torch.manual_seed(0)
+    w = window or 4096
+    q, k, v = (torch.randn(2, 1024, h, 256, device="cuda", dtype=torch.bfloat16) for h in (8, 4, 4))
+    out = fa4.dense(q, k, v, 0.0625, w)
+    assert rel_err(out, reference.attention(q, k, v, 0.0625, w)) < 1e-2
+    cu = torch.tensor([0, 300, 1024, 2048], device="cuda", dtype=torch.int32)
+    flat = [t.reshape(2048, *t.shape[2:]) for t in (q, k, v)]
+    out = fa4.varlen(*flat, cu, 1024, 0.0625, w)
+    assert rel_err(out, reference.varlen(*flat, cu, 0.0625, w)) < 1e-2
 
 
 def test_padded_batch_trains_varlen_without_hang():
@@ -87,14 +135,17 @@ def test_padded_batch_trains_varlen_without_hang():
     assert stats.total("full", "ffpa") == 2
 
 
-def test_compiled_model_matches_eager_model():
+def test_compiled_model_matches_fp32_like_the_uncompiled_one():
     ffpa_patch.apply()
-    _, low = _model_pair("dense31b", torch.bfloat16)
+    fp32, low = _model_pair("dense31b", torch.bfloat16)
     ids = torch.randint(0, 128, (1, 1024), device="cuda")
-    want = low(ids).logits
-    compiled = torch.compile(low)
-    got = compiled(ids).logits
-    assert rel_err(got, want) < 1e-2
+    with torch.no_grad():
+        ref = fp32(ids).logits
+        eager_err = rel_err(low(ids).logits, ref)
+        stats.reset()
+        compiled_err = rel_err(torch.compile(low)(ids).logits, ref)
+    print(f"compiled {compiled_err:.4f} vs uncompiled {eager_err:.4f}")
+    assert compiled_err <= 1.25 * eager_err + 2e-3
 
 
 def test_low_copy_function_compiles_fullgraph():
@@ -105,15 +156,20 @@ def test_low_copy_function_compiles_fullgraph():
     torch.testing.assert_close(out, ffpa_kernels.dense(q, k, v, 0.05))
 
 
-def _ffpa_fwd_calls(model, ids):
-    from torch.profiler import ProfilerActivity, profile
+def _ffpa_fwd_calls(model, ids, monkeypatch):
+    """Count real executions of the FFPA forward kernel (its CUDA impl's launcher lookup)."""
+    import ffpa_attn.cute as cute
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        model(ids, labels=ids).loss.backward()
-    return sum(e.count for e in prof.key_averages() if e.key.endswith("_fwd_cute"))
+    calls = []
+    real = cute._forward_impl_for_device
+    monkeypatch.setattr(cute, "_forward_impl_for_device", lambda *a: calls.append(1) or real(*a))
+    model(ids, labels=ids).loss.backward()
+    torch.cuda.synchronize()
+    monkeypatch.setattr(cute, "_forward_impl_for_device", real)
+    return len(calls)
 
 
-def test_selective_checkpointing_halves_ffpa_forward_calls():
+def test_selective_checkpointing_halves_ffpa_forward_calls(monkeypatch):
     from ffpa_patch import checkpointing
 
     ffpa_patch.apply()
@@ -121,7 +177,7 @@ def test_selective_checkpointing_halves_ffpa_forward_calls():
     low.train()
     ids = torch.randint(0, 128, (1, 1024), device="cuda")
     low.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    plain = _ffpa_fwd_calls(low, ids)
+    plain = _ffpa_fwd_calls(low, ids, monkeypatch)
     low.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False, "context_fn": checkpointing.context_fn})
-    selective = _ffpa_fwd_calls(low, ids)
+    selective = _ffpa_fwd_calls(low, ids, monkeypatch)
     assert plain == 2 and selective == 1, (plain, selective)
