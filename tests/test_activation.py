@@ -76,3 +76,20 @@ def test_status_json_schema():
 def test_status_text_names_patches_and_kernels():
     out = run_python("from ffpa_patch.cli import main; main(['status'])")
     assert "gemma4_dropin" in out and "kernels on this machine" in out
+
+
+def test_first_forward_prints_one_summary_line_per_model():
+    code = (
+        "import sys; sys.path.insert(0, 'tests')\n"
+        "import torch, ffpa_patch, tiny\n"
+        "from ffpa_patch.kernels import use\n"
+        "from ffpa_patch.kernels.reference import ReferenceKernels\n"
+        "m = tiny.causal_lm('dense31b', attn='ffpa')\n"
+        "with use(ReferenceKernels()):\n"
+        "    for _ in range(3): m(torch.randint(0, 128, (1, 8)))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("FFPA_PATCH_DISABLE", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("ffpa_patch: Gemma4 model")]
+    assert lines == ["ffpa_patch: Gemma4 model (ffpa): 1 full -> ffpa (dense causal); 5 sliding -> fa4 (dense causal (mask is plain causal))"], proc.stderr

@@ -11,7 +11,7 @@ import torch
 
 from .. import kernels, runtime
 from . import decide as decide_mod
-from . import masks, stats
+from . import announce, masks, stats
 from .decide import EAGER, FFPA, CallFacts, Route
 
 
@@ -63,7 +63,7 @@ def route_attention(
     if route.fused and attention_mask is not None:
         layout = masks.analyse(attention_mask, query.shape[0], sliding_window if is_sliding else None)
         route = decide_mod.refine(route, layout.kind)
-    _account(is_sliding, head_dim, route)
+    _account(module, backend, is_sliding, head_dim, route)
 
     if route.fused:
         window = sliding_window or getattr(module, "sliding_window", None)
@@ -80,10 +80,12 @@ def route_attention(
     return _sdpa()(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, sliding_window=sliding_window, **kwargs)
 
 
-def _account(is_sliding: bool, head_dim: int, route: Route) -> None:
+def _account(module, backend: str, is_sliding: bool, head_dim: int, route: Route) -> None:
     if torch.compiler.is_compiling():
         return
-    stats.record("sliding" if is_sliding else "full", route.kernel, route.reason)
+    layer = "sliding" if is_sliding else "full"
+    stats.record(layer, route.kernel, route.reason)
+    announce.note(module, backend, layer, route.kernel, route.reason)
     if runtime.strict and decide_mod.should_have_run_ffpa(is_sliding, head_dim, route):
         raise FFPAFallbackError(
             f"ffpa_patch strict mode: a head_dim={head_dim} full-attention layer fell back to "

@@ -1,0 +1,40 @@
+"""One line per model at its first forward: which layers went where.
+
+Collected per config object while the first forward runs, printed when its
+last decoder layer has been routed, e.g.
+``ffpa_patch: Gemma4 model (ffpa): 1 full -> ffpa (dense causal); 5 sliding -> fa4 (dense causal)``.
+Goes to the ``ffpa_patch`` logger at INFO, or to stderr when logging is not configured.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import weakref
+from collections import Counter
+
+log = logging.getLogger("ffpa_patch")
+# Configs are unhashable: keyed by id, with a weak reference to tell a reused id apart.
+_done: dict[int, weakref.ref] = {}
+_pending: dict[int, Counter] = {}
+
+
+def note(module, backend: str, layer: str, kernel: str, reason: str) -> None:
+    config = getattr(module, "config", None)
+    key = id(config)
+    ref = _done.get(key)
+    if config is None or (ref is not None and ref() is config):
+        return
+    seen = _pending.setdefault(key, Counter())
+    seen[(layer, kernel, reason)] += 1
+    if getattr(module, "layer_idx", None) == getattr(config, "num_hidden_layers", 0) - 1:
+        _done[key] = weakref.ref(config)
+        del _pending[key]
+        parts = "; ".join(f"{n} {lay} -> {ker} ({why})" for (lay, ker, why), n in sorted(seen.items()))
+        emit(f"ffpa_patch: Gemma4 model ({backend}): {parts}")
+
+
+def emit(msg: str) -> None:
+    if logging.getLogger().handlers or any(not isinstance(h, logging.NullHandler) for h in log.handlers):
+        log.info(msg)
+    else:
+        print(msg, file=sys.stderr)
