@@ -150,7 +150,11 @@ def _patch_row(patch: Patch) -> dict:
         state, reason = PENDING, f"{patch.module} not imported yet"
     elif patch.name not in _wanted and not patch.applied and state == "not applied" and _wanted:
         state, reason = SKIPPED, "excluded by targets/exclude"
-    return {"name": patch.name, "state": state, "reason": reason, "summary": patch.summary}
+    try:
+        warned = patch.warnings()
+    except Exception as exc:  # status must always answer
+        warned = [f"could not check: {exc}"]
+    return {"name": patch.name, "state": state, "reason": reason, "summary": patch.summary, "warnings": warned}
 
 
 def status() -> Status:

@@ -49,6 +49,10 @@ class Patch:
     def install(self, module: Any, record: Callable[[Undo], None]) -> None:
         raise NotImplementedError
 
+    def warnings(self) -> list[str]:
+        """Settings that would silently defeat this patch (shown by status())."""
+        return []
+
     # -- driven by the package ------------------------------------------------
     @property
     def applied(self) -> bool:

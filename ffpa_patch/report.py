@@ -24,7 +24,9 @@ class Status:
         lines = [f"ffpa_patch: {self.message}" + (" [strict]" if self.strict else "")]
         lines += [f"  {v.message}" for v in self.versions if v.installed or v.required]
         lines.append("  patches:")
-        lines += [f"    {p['name']:<16} {p['state']:<18} {p['reason']}" for p in self.patches]
+        for p in self.patches:
+            lines.append(f"    {p['name']:<16} {p['state']:<18} {p['reason']}")
+            lines += [f"      WARNING: {w}" for w in p.get("warnings", [])]
         if self.routes:
             lines.append("  attention calls (layer -> kernel: reason  count):")
             lines += [f"    {r['layer']:<7} -> {r['kernel']:<5}: {r['reason']}  {r['count']}" for r in self.routes]

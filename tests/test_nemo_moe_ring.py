@@ -83,3 +83,24 @@ def test_patch_lands_whichever_is_imported_first(order):
     )
     out = run_python(code).strip().splitlines()[-1]
     assert out == str(needed())
+
+
+def test_status_warns_when_ffpa_cannot_run_or_fp32_sdpa_override_is_on(nemo_patched):
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
+
+    from ffpa_patch.kernels import ffpa
+
+    warned = lambda: next(p for p in ffpa_patch.status().patches if p["name"] == "nemo_moe_ring")["warnings"]
+    assert any("ffpa-attn not importable" in w for w in warned()) is (ffpa.import_error() is not None)
+    fp32 = pytest.importorskip("nemo_automodel.components.models.gemma4_moe.sdpa_fp32")
+    saved, saved_local = dict(AttentionInterface._global_mapping), dict(ALL_ATTENTION_FUNCTIONS._local_mapping)
+    try:
+        fp32.enable_gemma4_sdpa_fp32()
+        assert any("fp32 SDPA override" in w for w in warned())
+        assert "fp32 SDPA override" in str(ffpa_patch.status())
+    finally:
+        AttentionInterface._global_mapping.clear()
+        AttentionInterface._global_mapping.update(saved)
+        ALL_ATTENTION_FUNCTIONS._local_mapping.clear()
+        ALL_ATTENTION_FUNCTIONS._local_mapping.update(saved_local)
+    assert not any("fp32 SDPA override" in w for w in warned())

@@ -44,5 +44,22 @@ class NemoMoERing(Patch):
             raise TargetNotFound("no attach_gemma4_cp_ring_attention / Gemma4MoEDecoderLayer in this NeMo")
         return True, "MoE decoder layers read text_config.cp_full_attn_backend"
 
+    def warnings(self) -> list[str]:
+        import sys
+
+        if self.module not in sys.modules:
+            return []
+        found = []
+        from ..kernels import ffpa
+
+        if ffpa.import_error():
+            found.append(f"cp_full_attn_backend: ffpa has no effect here: {ffpa.import_error()}")
+        from transformers.modeling_utils import AttentionInterface
+
+        sdpa = AttentionInterface._global_mapping.get("sdpa")
+        if getattr(sdpa, "__name__", "") == "sdpa_fp32_attention_forward":
+            found.append("NeMo's fp32 SDPA override is active: attention inputs become fp32, which FFPA cannot take")
+        return found
+
     def install(self, module: Any, record: Callable[[Undo], None]) -> None:
         record(wrap_attribute(module, "attach_gemma4_cp_ring_attention", _attach_with_policy, self.name)[2])
