@@ -34,7 +34,8 @@ def main():
     ok = torch.tensor([int(activated_by_launcher and ffpa_patch.is_applied() and ffpa_patch._stats.total("full", "ffpa") == 1 and torch.isfinite(loss).item())])
     dist.all_reduce(ok)
     if rank == 0:
-        print(f"RANKS_OK {int(ok)} of {dist.get_world_size()}")
+        print(f"RANKS_OK {int(ok)} of {dist.get_world_size()}", flush=True)
+    dist.barrier()
     dist.destroy_process_group()
 
 
