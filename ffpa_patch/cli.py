@@ -7,7 +7,7 @@ import os
 import sys
 
 
-def _status(as_json: bool) -> int:
+def _status(as_json: bool, config: str | None = None) -> int:
     import importlib
 
     import ffpa_patch
@@ -20,13 +20,22 @@ def _status(as_json: bool) -> int:
     st = ffpa_patch.status()
     data = st.as_dict()
     data["kernels"] = _kernel_report()
+    if config:
+        from ffpa_patch.plan import layer_plan, load_text_config
+
+        text_config = load_text_config(config)
+        data["plan"] = {b: layer_plan(text_config, b) for b in ("ffpa", "sdpa")}
     if as_json:
         print(json.dumps(data, indent=1))
-    else:
-        print(st)
-        print("  kernels on this machine:")
-        for name, why in data["kernels"].items():
-            print(f"    {name:<11} {why or 'usable'}")
+        return 0
+    print(st)
+    print("  kernels on this machine:")
+    for name, why in data["kernels"].items():
+        print(f"    {name:<11} {why or 'usable'}")
+    for backend, rows in data.get("plan", {}).items():
+        print(f'  {config} with attn_implementation="{backend}" (bf16 training prefill, no padding):')
+        for r in rows:
+            print(f"    {r['layers']:>3} {r['layer']:<7} layers (head_dim {r['head_dim']}) -> {r['kernel']}: {r['reason']}")
     return 0
 
 
@@ -59,12 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("status", help="versions, patches, kernels, routing counts")
     st.add_argument("--json", action="store_true")
+    st.add_argument("--config", help="a local model folder or config.json: show where each layer type would go (never downloads)")
     run = sub.add_parser("run", help="run CMD with ffpa_patch active in every Python process")
     run.add_argument("command", nargs=argparse.REMAINDER)
     sub.add_parser("startup-path", help="print the PYTHONSTARTUP file's path")
     args = ap.parse_args(argv)
     if args.cmd == "status":
-        return _status(args.json)
+        return _status(args.json, args.config)
     if args.cmd == "startup-path":
         print(os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup.py"))
         return 0

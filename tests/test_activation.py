@@ -93,3 +93,15 @@ def test_first_forward_prints_one_summary_line_per_model():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     lines = [l for l in proc.stderr.splitlines() if l.startswith("ffpa_patch: Gemma4 model")]
     assert lines == ["ffpa_patch: Gemma4 model (ffpa): 1 full -> ffpa (dense causal); 5 sliding -> fa4 (dense causal (mask is plain causal))"], proc.stderr
+
+
+def test_status_config_shows_the_route_of_each_layer_type(tmp_path):
+    import tiny
+
+    tiny.text_config("dense31b").save_pretrained(tmp_path)
+    out = run_python(f"from ffpa_patch.cli import main; main(['status', '--json', '--config', {str(tmp_path)!r}])")
+    plan = json.loads(out)["plan"]
+    full = [r for r in plan["ffpa"] if r["layer"] == "full"]
+    assert full == [{"layer": "full", "head_dim": 512, "kernel": "sdpa", "reason": "device cpu (FFPA needs CUDA)", "layers": 1}]
+    assert sum(r["layers"] for r in plan["sdpa"] if r["layer"] == "sliding") == 5
+    assert all("keeps sliding" in r["reason"] for r in plan["sdpa"] if r["layer"] == "sliding")
