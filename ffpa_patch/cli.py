@@ -1,4 +1,4 @@
-"""ffpa-patch run | status [--json] | startup-path"""
+"""ffpa-patch run | status [--json] [--config PATH] | doctor | startup-path"""
 from __future__ import annotations
 
 import argparse
@@ -72,9 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run CMD with ffpa_patch active in every Python process")
     run.add_argument("command", nargs=argparse.REMAINDER)
     sub.add_parser("startup-path", help="print the PYTHONSTARTUP file's path")
+    sub.add_parser("doctor", help="run one small FFPA forward/backward against the fp32 reference")
     args = ap.parse_args(argv)
     if args.cmd == "status":
         return _status(args.json, args.config)
+    if args.cmd == "doctor":
+        from ffpa_patch.doctor import run
+
+        ok, lines = run()
+        print("\n".join(f"ffpa-patch doctor: {line}" for line in lines))
+        return 0 if ok else 1
     if args.cmd == "startup-path":
         print(os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup.py"))
         return 0

@@ -105,3 +105,15 @@ def test_status_config_shows_the_route_of_each_layer_type(tmp_path):
     assert full == [{"layer": "full", "head_dim": 512, "kernel": "sdpa", "reason": "device cpu (FFPA needs CUDA)", "layers": 1}]
     assert sum(r["layers"] for r in plan["sdpa"] if r["layer"] == "sliding") == 5
     assert all("keeps sliding" in r["reason"] for r in plan["sdpa"] if r["layer"] == "sliding")
+
+
+def test_doctor_on_cpu_says_what_it_cannot_check():
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CPU-only behaviour")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "ffpa_patch", "doctor"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1
+    assert "no CUDA device: cannot check the FFPA kernels here" in proc.stdout
