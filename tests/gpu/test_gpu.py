@@ -80,29 +80,47 @@ def test_tiny_gemma4_on_real_kernels_matches_fp32(kind, dtype):
 
 
 @pytest.mark.parametrize("kind", ["text", "padded", "packed"])
-def test_tiny_gemma4_gradients_match_reference_kernels(kind):
-    """Same bf16 model, same routing: real kernels vs the fp32 reference kernels (the CPU seam)."""
-    from ffpa_patch.kernels import use
-    from ffpa_patch.kernels.reference import ReferenceKernels
-
-    ffpa_patch.apply()
-    _, low = _model_pair("dense31b", torch.bfloat16)
+def test_tiny_gemma4_gradients_at_stock_sdpa_error_level(kind):
+    """Attention-weight gradients of the low-precision model vs the fp32 model: the real
+    kernels stay at the error level of stock SDPA in the same dtype (this random tiny model
+    amplifies any bf16 rounding, so the noise floor, not a fixed tolerance, is the yardstick)."""
+    fp32, low = _model_pair("dense31b", torch.bfloat16)
     ids, kw, valid = _batch(kind)
 
-    def grads():
-        low.zero_grad()
-        logits = low(ids, **kw).logits
+    def grads(model):
+        model.zero_grad()
+        logits = model(ids, **kw).logits
         ((logits.float().logsumexp(-1) * valid).sum() / valid.sum()).backward()
-        attn = [l.self_attn for l in low.model.layers]
-        return logits.detach(), [a.q_proj.weight.grad.clone() for a in attn]
+        return [l.self_attn.q_proj.weight.grad.float().clone() for l in model.model.layers]
 
-    out, g = grads()
-    with use(ReferenceKernels()):
-        ref, g_ref = grads()
-    print(f"{kind}: logits {rel_err(out[valid], ref[valid]):.4f}, q_proj grads {[round(rel_err(a, b), 4) for a, b in zip(g, g_ref)]}")
-    assert rel_err(out[valid], ref[valid]) < 2e-2
-    for a, b in zip(g, g_ref):
-        assert rel_err(a, b) < 5e-2
+    ref = grads(fp32)
+    ffpa_patch.revert()
+    low.set_attn_implementation("sdpa")
+    stock = grads(low)
+    ffpa_patch.apply()
+    low.set_attn_implementation("ffpa")
+    ours = grads(low)
+    floors = [rel_err(a, b) for a, b in zip(stock, ref)]
+    errs = [rel_err(a, b) for a, b in zip(ours, ref)]
+    print(f"{kind}: q_proj grad error ffpa_patch {[round(e, 3) for e in errs]} vs stock sdpa {[round(f, 3) for f in floors]}")
+    for e, f in zip(errs, floors):
+        assert e <= 1.25 * f + 5e-3
+
+
+def test_fa4_sliding_gradients_match_reference():
+    from ffpa_patch.kernels import fa4
+
+    if fa4.unsupported(torch.device("cuda"), torch.bfloat16, 256):
+        pytest.skip(fa4.unsupported(torch.device("cuda"), torch.bfloat16, 256))
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 1024, h, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (8, 4, 4))
+    out = fa4.dense(q, k, v, 0.0625, 128)
+    g = torch.randn_like(out)
+    out.backward(g)
+    qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+    reference.attention(qf, kf, vf, 0.0625, 128).backward(g.float())
+    for got, want in zip((q.grad, k.grad, v.grad), (qf.grad, kf.grad, vf.grad)):
+        assert rel_err(got, want) < 2e-2
 
 
 @pytest.mark.parametrize("window", [None, 128])
