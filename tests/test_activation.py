@@ -117,3 +117,21 @@ def test_doctor_on_cpu_says_what_it_cannot_check():
     proc = subprocess.run([sys.executable, "-m", "ffpa_patch", "doctor"], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 1
     assert "no CUDA device: cannot check the FFPA kernels here" in proc.stdout
+
+
+def test_no_site_mode_skips_sitecustomize():
+    code = "import sys; print('ffpa_patch' in sys.modules)"
+    assert run_plain(code, [EXAMPLE, ROOT], flags=("-S",)) == "False"
+
+
+def test_console_script_is_installed_and_reports_status():
+    import shutil
+
+    import pytest
+
+    exe = shutil.which("ffpa-patch") or os.path.join(os.path.dirname(sys.executable), "ffpa-patch")
+    if not os.path.exists(exe):
+        pytest.skip("package not installed (run through tox or pip install -e .)")
+    proc = subprocess.run([exe, "status", "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["active"] is True
