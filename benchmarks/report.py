@@ -64,7 +64,7 @@ def main():
     k = load(folder, "kernel.json")
     if k:
         print("### Kernel (one full layer)\n\n" + kernel_table(k) + "\n")
-    for name in ("e2e.json", "e2e_padded.json", "e2e_ckpt.json", "e2e_t512.json"):
+    for name in ("e2e.json", "e2e_padded.json", "e2e_ckpt_plain.json", "e2e_ckpt_selective.json", "e2e_t512.json"):
         e = load(folder, name)
         if e:
             print(f"### {name}\n\n" + e2e_table(e) + "\n")
