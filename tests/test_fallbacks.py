@@ -109,3 +109,33 @@ def test_kv_shared_tail_slice_matches_eager(patched, reference_kernels):
     model.set_attn_implementation("ffpa")
     out = model(ids, logits_to_keep=3).logits
     torch.testing.assert_close(out, ref[:, -3:], atol=5e-5, rtol=1e-4)
+
+
+def test_context_parallel_fails_fast_on_ffpa_backend_and_dropin_defers_to_the_ring(patched, reference_kernels):
+    import os
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29541")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        model = tiny.causal_lm("dense31b", attn="eager")
+        attn = full_attention_module(model)
+        q, k = torch.randn(1, 4, 8, 512), torch.randn(1, 1, 8, 512)
+        with context_parallel(mesh, buffers=[torch.randn(1, 8)], buffer_seq_dims=[1]):
+            with pytest.raises(RuntimeError, match="context parallelism.*cp_full_attn_backend: ffpa"):
+                route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0)
+            stats.reset()
+            try:  # handed to SDPA, i.e. to torch's CP ring, which has no CPU kernel
+                route_attention(attn, q, k, k, None, backend="sdpa", scaling=1.0)
+            except NotImplementedError as exc:
+                assert "sharding strategy" in str(exc)
+            assert any("context parallel" in r for r in reasons())
+        out, _ = route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0)  # CP off again: FFPA
+        assert stats.total("full", "ffpa") == 1
+    finally:
+        dist.destroy_process_group()

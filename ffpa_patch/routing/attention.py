@@ -12,12 +12,30 @@ import torch
 from .. import kernels, runtime
 from . import decide as decide_mod
 from . import announce, masks, stats
-from .decide import EAGER, FFPA, CallFacts, Route
+from .decide import CP_REASON, EAGER, FFPA, CallFacts, Route
 
 
 
 class FFPAFallbackError(RuntimeError):
     """Strict mode: a head_dim > 256 full layer did not run FFPA."""
+
+
+_CP_MODULE = "torch.distributed.tensor.experimental._context_parallel._attention"
+CP_MESSAGE = (
+    'ffpa_patch: attn_implementation="ffpa" cannot run under torch context parallelism (its ring '
+    "shards the sequence behind SDPA). Keep the model on \"sdpa\" for CP, or use NeMo-Automodel's "
+    "ring CP with text_config.cp_full_attn_backend: ffpa (ffpa_patch's nemo_moe_ring patch covers 0.6.x MoE)."
+)
+
+
+def context_parallel_active(query: torch.Tensor) -> bool:
+    """torch CP is on: SDPA is monkey-patched by its dispatcher, or q/k/v are DTensors."""
+    import sys
+
+    cp = sys.modules.get(_CP_MODULE)
+    if cp is not None and torch.nn.functional.scaled_dot_product_attention in getattr(cp, "_replaced_functions", {}):
+        return True
+    return type(query).__name__ == "DTensor"
 
 
 def _sdpa():
@@ -41,6 +59,11 @@ def route_attention(
     **kwargs,
 ):
     """Transformers' attention signature: q/k/v ``[B, H, S, D]``; returns ``([B, S, H, D], None)``."""
+    if context_parallel_active(query):
+        if backend == "ffpa":
+            raise RuntimeError(CP_MESSAGE)
+        _account(module, backend, bool(getattr(module, "is_sliding", False)), query.shape[-1], Route("sdpa", CP_REASON))
+        return _sdpa()(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, sliding_window=sliding_window, **kwargs)
     active = kernels.active()
     is_sliding = bool(getattr(module, "is_sliding", False))
     head_dim = query.shape[-1]

@@ -12,6 +12,7 @@ FUSED = (FFPA, FA4)
 
 # Reasons that are by design rather than a missed opportunity (strict mode ignores them).
 DECODE = "decode (q_len == 1)"
+CP_REASON = "torch context parallel active (its ring runs SDPA)"
 
 
 @dataclass(frozen=True)
@@ -76,4 +77,4 @@ def refine(route: Route, layout_kind: str) -> Route:
 
 def should_have_run_ffpa(is_sliding: bool, head_dim: int, route: Route) -> bool:
     """A strict-mode failure: a head_dim > 256 full layer that fell back for a reason other than decode."""
-    return not is_sliding and head_dim > 256 and not route.fused and route.reason != DECODE
+    return not is_sliding and head_dim > 256 and not route.fused and route.reason not in (DECODE, CP_REASON)
