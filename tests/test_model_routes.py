@@ -84,3 +84,17 @@ def test_without_the_patch_nothing_is_routed(reference_kernels):
     ids, kw, _ = batch("text")
     model(ids, **kw)
     assert stats.snapshot() == []
+
+
+def test_padded_batch_under_inference_mode(patched, reference_kernels):
+    # inference tensors have no version counter: the mask cache must not depend on one
+    model = tiny.causal_lm("dense31b", attn="eager")
+    ids, kw, valid = batch("left_pad")
+    with torch.inference_mode():
+        ref = model(ids, **kw).logits
+        model.set_attn_implementation("ffpa")
+        out = model(ids, **kw).logits
+        again = model(ids, **kw).logits
+    torch.testing.assert_close(out[valid], ref[valid], atol=5e-5, rtol=1e-4)
+    torch.testing.assert_close(again, out)
+    assert stats.total("full", "ffpa") == 2

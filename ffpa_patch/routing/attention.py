@@ -7,6 +7,8 @@ exactly as Transformers built it.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from .. import kernels, runtime
@@ -30,8 +32,6 @@ CP_MESSAGE = (
 
 def context_parallel_active(query: torch.Tensor) -> bool:
     """torch CP is on: SDPA is monkey-patched by its dispatcher, or q/k/v are DTensors."""
-    import sys
-
     cp = sys.modules.get(_CP_MODULE)
     if cp is not None and torch.nn.functional.scaled_dot_product_attention in getattr(cp, "_replaced_functions", {}):
         return True

@@ -31,12 +31,20 @@ class Layout:
 _cache: list[tuple[weakref.ref, int, int | None, int, Layout]] = []
 
 
+def _version(t: torch.Tensor) -> int | None:
+    try:
+        return t._version
+    except RuntimeError:  # inference-mode tensors keep no version counter
+        return None
+
+
 def analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
-    for ref, version, win, b, layout in _cache:
-        if ref() is mask and version == mask._version and win == window and b == batch:
+    version = _version(mask)
+    for ref, ver, win, b, layout in _cache:
+        if ref() is mask and ver == version and win == window and b == batch:
             return layout
     layout = _analyse(mask, batch, window)
-    _cache.insert(0, (weakref.ref(mask), mask._version, window, batch, layout))
+    _cache.insert(0, (weakref.ref(mask), version, window, batch, layout))
     del _cache[4:]
     return layout
 
