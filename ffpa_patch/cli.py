@@ -43,12 +43,13 @@ def _kernel_report() -> dict:
     try:
         import torch
 
-        from ffpa_patch.kernels import fa4, ffpa
+        from ffpa_patch.kernels import fa4, ffpa, flex
 
         dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
         return {
             "ffpa D=512": ffpa.unsupported(dev, torch.bfloat16, 512),
             "fa4 D=256": fa4.unsupported(dev, torch.bfloat16, 256),
+            "flex D=256": flex.unsupported(dev, torch.bfloat16, 256),
         }
     except Exception as exc:
         return {"torch": f"not importable ({exc})"}

@@ -4,7 +4,8 @@ import pytest
 from ffpa_patch.routing.decide import CallFacts, Route, decide, refine, should_have_run_ffpa
 
 BASE = dict(backend="ffpa", is_sliding=False, is_causal=True, head_dim=512, q_len=8, kv_len=8,
-            mask_given=False, dropout=0.0, scaling=1.0, softcap=None, kernel_problem=None)
+            mask_given=False, dropout=0.0, scaling=1.0, softcap=None, kernel_problem=None,
+            flex_problem=None)
 
 
 def route(**kw):
@@ -18,7 +19,12 @@ def route(**kw):
     ({"softcap": 30.0}, "eager", "softcap"),
     ({"q_len": 1}, "sdpa", "decode"),
     ({"is_causal": False}, "sdpa", "bidirectional"),
-    ({"backend": "sdpa", "is_sliding": True}, "sdpa", "keeps sliding"),
+    ({"backend": "sdpa", "is_sliding": True}, "fa4", "dense causal"),
+    ({"is_sliding": True, "kernel_problem": "no fa4"}, "flex", "dense causal"),
+    ({"is_sliding": True, "kernel_problem": "no fa4", "mask_given": True}, "flex", "masked"),
+    ({"is_sliding": True, "kernel_problem": "no fa4", "flex_problem": "device cpu"}, "sdpa", "no fa4; device cpu"),
+    ({"backend": "sdpa", "is_sliding": True, "kernel_problem": "no fa4"}, "sdpa", "flash-attn-4 only (no fa4)"),
+    ({"flex_problem": None, "kernel_problem": "device cpu"}, "sdpa", "device cpu"),  # full layers never take flex
     ({"dropout": 0.1}, "sdpa", "dropout"),
     ({"scaling": None}, "sdpa", "scale"),
     ({"q_len": 4, "mask_given": True}, "sdpa", "q_len != kv_len"),
@@ -36,6 +42,17 @@ def test_refine():
     assert refine(Route("ffpa", "masked"), "dense").kernel == "ffpa"
     assert "varlen" in refine(Route("fa4", "masked"), "varlen").reason
     assert refine(Route("ffpa", "masked"), "other").kernel == "sdpa"
+    assert refine(Route("fa4", "masked"), "other").kernel == "sdpa"
+    assert refine(Route("fa4", "masked"), "other", flex_ok=True).kernel == "flex"
+    assert refine(Route("flex", "masked"), "varlen").kernel == "flex"
+
+
+def test_flex_only_for_sliding_layers_on_the_ffpa_backend():
+    sliding = CallFacts(**{**BASE, "is_sliding": True})
+    assert sliding.flex_ok
+    assert not CallFacts(**{**BASE, "is_sliding": True, "backend": "sdpa"}).flex_ok
+    assert not CallFacts(**{**BASE, "is_sliding": True, "flex_problem": "no"}).flex_ok
+    assert not CallFacts(**BASE).flex_ok
 
 
 def test_strict_only_flags_missed_full_layers():

@@ -1,8 +1,9 @@
 """Whole tiny Gemma4 models through the routing, against an eager fp32 reference.
 
-The FFPA / flash-attn-4 kernels are replaced through the one seam
-(``reference_kernels``) by fp32 reference kernels; everything else is the real
-code path: Transformers' masks, our mask analysis, packing, fallbacks.
+The FFPA / flash-attn-4 / FlexAttention kernels are replaced through the one
+seam (``reference_kernels``) by fp32 reference kernels; everything else is the
+real code path: Transformers' masks, our mask analysis, packing, BlockMasks,
+fallbacks.
 """
 import pytest
 import torch
@@ -38,9 +39,9 @@ def loss_and_grads(model, ids, kw, valid):
     return logits.detach(), grads
 
 
-def check_against_eager(family, kind, backend):
-    model = tiny.causal_lm(family, attn="eager")
-    ids, kw, valid = batch(kind)
+def check_against_eager(family, kind, backend, model=None, inputs=None):
+    model = model or tiny.causal_lm(family, attn="eager")
+    ids, kw, valid = inputs or batch(kind)
     ref_logits, ref_grads = loss_and_grads(model, ids, kw, valid)
     model.set_attn_implementation(backend)
     logits, grads = loss_and_grads(model, ids, kw, valid)
@@ -52,7 +53,9 @@ def check_against_eager(family, kind, backend):
 
 
 def n_layers(model, kind):
-    return sum(l.self_attn.is_sliding == (kind == "sliding") for l in model.model.layers)
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
+
+    return sum(m.is_sliding == (kind == "sliding") for m in model.modules() if isinstance(m, Gemma4TextAttention))
 
 
 @pytest.mark.parametrize("family", ["dense31b", "e2b", "moe"])
@@ -70,11 +73,81 @@ def test_ffpa_backend_matches_eager_and_routes_every_layer(family, kind, patched
 
 @pytest.mark.parametrize("family", ["dense31b", "e2b"])
 @pytest.mark.parametrize("kind", ["text", "left_pad", "packed"])
-def test_dropin_sdpa_routes_full_layers_to_ffpa(family, kind, patched, reference_kernels):
+def test_dropin_sdpa_routes_full_layers_to_ffpa_and_sliding_to_fa4(family, kind, patched, reference_kernels):
     model = check_against_eager(family, kind, "sdpa")
     assert stats.total("full", "ffpa") == n_layers(model, "full")
+    assert stats.total("sliding", "fa4") == n_layers(model, "sliding")
+
+
+@pytest.fixture
+def reference_kernels_without_fa4():
+    """The same seam, playing a machine without flash-attn-4."""
+    from ffpa_patch.kernels import use
+    from ffpa_patch.kernels.reference import ReferenceKernels
+
+    with use(ReferenceKernels(fa4=False)) as k:
+        yield k
+
+
+@pytest.mark.parametrize("family", ["dense31b", "e2b", "moe"])
+@pytest.mark.parametrize("kind", ["text", "left_pad", "right_pad", "packed"])
+def test_without_fa4_sliding_layers_take_flex_on_the_ffpa_backend(family, kind, patched, reference_kernels_without_fa4):
+    model = check_against_eager(family, kind, "ffpa")
+    expected = "dense causal" if kind == "text" else "varlen (padding/packing)"
+    rows = {(r["layer"], r["kernel"], r["reason"]): r["count"] for r in stats.snapshot()}
+    assert rows.get(("full", "ffpa", expected), 0) == n_layers(model, "full")
+    sliding = {k: v for k, v in rows.items() if k[0] == "sliding"}
+    assert sum(sliding.values()) == n_layers(model, "sliding") and all(k[1] == "flex" for k in sliding), sliding
+
+
+@pytest.mark.parametrize("kind", ["text", "left_pad"])
+def test_without_fa4_the_dropin_keeps_sliding_layers_on_sdpa(kind, patched, reference_kernels_without_fa4):
+    model = check_against_eager("dense31b", kind, "sdpa")
+    assert stats.total("full", "ffpa") == n_layers(model, "full")
     assert stats.total("sliding", "sdpa") == n_layers(model, "sliding")
-    assert stats.total("sliding", "fa4") == 0
+    assert all("flash-attn-4 only" in r["reason"] for r in stats.snapshot() if r["layer"] == "sliding")
+
+
+def vision_batch(image: bool):
+    """Token ids with (or without) a 6-token image block in each row; mm_token_type_ids as the
+    processor makes them. No pixels: the text layers' masks are what is under test."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 100, (B, S), generator=g)
+    if image:
+        ids[0, 3:9] = tiny.IMAGE_TOKEN
+        ids[1, 10:16] = tiny.IMAGE_TOKEN
+    kw = {"mm_token_type_ids": (ids == tiny.IMAGE_TOKEN).long()}
+    return ids, kw, torch.ones(B, S, dtype=torch.bool)
+
+
+def _overlay_on_full_layers() -> bool:
+    """5.9-5.12 OR the image overlay into the full layers' mask too (FACTS.md)."""
+    from packaging.version import Version
+    from transformers import __version__
+
+    return Version(__version__).release < (5, 13)
+
+
+def test_vision_model_text_batch_full_layers_reach_ffpa(patched, reference_kernels):
+    # On 5.9-5.12 the full layers get a 4-D mask with a no-op overlay: it must be read as plain causal.
+    model = tiny.vision_lm("dense31b")
+    check_against_eager(None, None, "ffpa", model=model, inputs=vision_batch(image=False))
+    assert stats.total("full", "ffpa") == n_layers(model, "full")
+    assert stats.total("sliding", "fa4") == n_layers(model, "sliding")
+
+
+@pytest.mark.parametrize("fa4", [True, False])
+def test_vision_model_image_blocks(fa4, patched):
+    from ffpa_patch.kernels import use
+    from ffpa_patch.kernels.reference import ReferenceKernels
+
+    model = tiny.vision_lm("dense31b")
+    with use(ReferenceKernels(fa4=fa4)):
+        check_against_eager(None, None, "ffpa", model=model, inputs=vision_batch(image=True))
+    # sliding layers: bidirectional image blocks flash-attn-4 cannot express -> flex BlockMask
+    assert stats.total("sliding", "flex") == n_layers(model, "sliding")
+    full = "sdpa" if _overlay_on_full_layers() else "ffpa"
+    assert stats.total("full", full) == n_layers(model, "full"), stats.snapshot()
 
 
 def test_without_the_patch_nothing_is_routed(reference_kernels):

@@ -44,3 +44,23 @@ def causal_lm(family: str = "dense31b", attn: str = "eager", seed: int = 0, **ov
     torch.manual_seed(seed)
     model = Gemma4ForCausalLM(text_config(family, attn, **overrides)).float().eval()
     return model
+
+
+IMAGE_TOKEN = 120
+
+
+def vision_lm(family: str = "dense31b", attn: str = "eager", seed: int = 0):
+    """A tiny Gemma4ForConditionalGeneration with a vision tower and bidirectional image blocks
+    (``use_bidirectional_attention="vision"``, as 31B and 26B-A4B ship)."""
+    from transformers import Gemma4Config, Gemma4ForConditionalGeneration
+    from transformers.models.gemma4.configuration_gemma4 import Gemma4VisionConfig
+
+    text = text_config(family, attn, use_bidirectional_attention="vision", pad_token_id=0)
+    vision = Gemma4VisionConfig(hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                num_key_value_heads=2, head_dim=16)
+    cfg = Gemma4Config(text_config=text.to_dict(), vision_config=vision.to_dict(), audio_config=None,
+                       image_token_id=IMAGE_TOKEN, boi_token_id=121, eoi_token_id=122, video_token_id=123,
+                       audio_token_id=124, boa_token_id=125, eoa_token_index=126)
+    cfg._attn_implementation = attn
+    torch.manual_seed(seed)
+    return Gemma4ForConditionalGeneration(cfg).float().eval()

@@ -2,10 +2,12 @@
 
 Routing asks ``active()`` for the kernels. By default that is ``CuteKernels``
 (ffpa-attn for the head_dim-512 full layers, flash-attn-4 for sliding layers,
-both imported lazily). ``use(ReferenceKernels())`` swaps in the fp32 reference
+FlexAttention for sliding layers without flash-attn-4 or with image blocks; all
+imported lazily). ``use(ReferenceKernels())`` swaps in the fp32 reference
 with the same signatures and bottom-right causal semantics: the one documented
 seam CPU tests use. All tensors are ``[B, S, H, D]`` (dense) or ``[T, H, D]``
-(varlen); causal masking is bottom-right aligned; ``window`` counts the query
+(varlen); ``flex`` takes ``[B, H, S, D]`` and a BlockMask (built by routing,
+not by the provider); causal masking is bottom-right aligned; ``window`` counts the query
 itself (Transformers' ``sliding_window``).
 """
 from __future__ import annotations
@@ -23,6 +25,8 @@ class Kernels(Protocol):
     def sliding_unsupported(self, device, dtype, head_dim: int) -> str | None: ...
     def sliding_dense(self, q, k, v, scale: float, window: int): ...
     def sliding_varlen(self, q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int): ...
+    def flex_unsupported(self, device, dtype, head_dim: int) -> str | None: ...
+    def flex(self, query, key, value, block_mask, scale: float): ...
 
 
 _active: Kernels | None = None

@@ -1,7 +1,7 @@
-"""The production kernels: ffpa-attn (full layers) and flash-attn-4 (sliding layers)."""
+"""The production kernels: ffpa-attn (full layers), flash-attn-4 (sliding layers), FlexAttention."""
 from __future__ import annotations
 
-from . import fa4, ffpa
+from . import fa4, ffpa, flex
 
 
 class CuteKernels:
@@ -24,3 +24,9 @@ class CuteKernels:
 
     def sliding_varlen(self, q, k, v, cu_seqlens, max_seqlen, scale, window):
         return fa4.varlen(q, k, v, cu_seqlens, max_seqlen, scale, window)
+
+    def flex_unsupported(self, device, dtype, head_dim):
+        return flex.unsupported(device, dtype, head_dim)
+
+    def flex(self, query, key, value, block_mask, scale):
+        return flex.attention(query, key, value, block_mask, scale)

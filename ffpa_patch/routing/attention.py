@@ -12,9 +12,10 @@ import sys
 import torch
 
 from .. import kernels, runtime
+from ..kernels import flex
 from . import decide as decide_mod
 from . import announce, masks, stats
-from .decide import CP_REASON, EAGER, FFPA, CallFacts, Route
+from .decide import CP_REASON, EAGER, FFPA, FLEX, CallFacts, Route
 
 
 
@@ -80,16 +81,20 @@ def route_attention(
         scaling=scaling,
         softcap=softcap,
         kernel_problem=supported(query.device, query.dtype, head_dim),
+        flex_problem=active.flex_unsupported(query.device, query.dtype, head_dim) if is_sliding else None,
     )
     route = decide_mod.decide(facts)
+    window = (sliding_window or getattr(module, "sliding_window", None)) if is_sliding else None
     layout = None
     if route.fused and attention_mask is not None:
-        layout = masks.analyse(attention_mask, query.shape[0], sliding_window if is_sliding else None)
-        route = decide_mod.refine(route, layout.kind)
+        layout = masks.analyse(attention_mask, query.shape[0], window)
+        route = decide_mod.refine(route, layout.kind, facts.flex_ok and layout.allowed is not None)
     _account(module, backend, is_sliding, head_dim, route)
 
+    if route.kernel == FLEX:
+        mask = flex.block_mask(layout, query.shape[0], facts.q_len, facts.kv_len, window, query.device)
+        return active.flex(query, key, value, mask, scaling), None
     if route.fused:
-        window = sliding_window or getattr(module, "sliding_window", None)
         return _run_fused(active, route.kernel, query, key, value, scaling, window, layout), None
     if route.kernel == EAGER:
         from transformers.models.gemma4.modeling_gemma4 import eager_attention_forward

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FFPA, FA4, SDPA, EAGER = "ffpa", "fa4", "sdpa", "eager"
-FUSED = (FFPA, FA4)
+FFPA, FA4, FLEX, SDPA, EAGER = "ffpa", "fa4", "flex", "sdpa", "eager"
+FUSED = (FFPA, FA4, FLEX)
 
 # Reasons that are by design rather than a missed opportunity (strict mode ignores them).
 DECODE = "decode (q_len == 1)"
@@ -37,7 +37,14 @@ class CallFacts:
     dropout: float
     scaling: float | None
     softcap: float | None
-    kernel_problem: str | None  # why the fused kernel for this layer kind can't run, or None
+    kernel_problem: str | None  # why the layer kind's kernel (FFPA full, flash-attn-4 sliding) can't run, or None
+    flex_problem: str | None  # why FlexAttention can't run, or None
+
+    @property
+    def flex_ok(self) -> bool:
+        """FlexAttention serves sliding layers on the "ffpa" backend only: it compiles, which a
+        user who left the model on "sdpa" did not ask for."""
+        return self.is_sliding and self.backend == FFPA and self.flex_problem is None
 
 
 def decide(f: CallFacts) -> Route:
@@ -48,8 +55,6 @@ def decide(f: CallFacts) -> Route:
         return Route(SDPA, DECODE)
     if not f.is_causal:
         return Route(SDPA, "bidirectional attention (module.is_causal is False)")
-    if f.is_sliding and f.backend == SDPA:
-        return Route(SDPA, "drop-in path keeps sliding layers on sdpa")
     if f.dropout:
         return Route(SDPA, "attention dropout > 0")
     if f.scaling is None:
@@ -60,18 +65,28 @@ def decide(f: CallFacts) -> Route:
         return Route(SDPA, "q_len != kv_len (cache or chunked prefill)")
     if f.q_len > f.kv_len:
         return Route(SDPA, "q_len > kv_len")
-    if f.kernel_problem:
+    if not f.kernel_problem:
+        kernel = FA4 if f.is_sliding else FFPA
+    elif f.flex_ok:
+        kernel = FLEX  # sliding layer without flash-attn-4
+    elif f.is_sliding and f.backend == SDPA:
+        return Route(SDPA, f"drop-in path: sliding layers use flash-attn-4 only ({f.kernel_problem})")
+    elif f.is_sliding:
+        return Route(SDPA, f"{f.kernel_problem}; {f.flex_problem}")
+    else:
         return Route(SDPA, f.kernel_problem)
-    kernel = FA4 if f.is_sliding else FFPA
     return Route(kernel, "masked (to analyse)" if f.mask_given else "dense causal")
 
 
-def refine(route: Route, layout_kind: str) -> Route:
-    """Finish a fused route once the mask's structure is known."""
+def refine(route: Route, layout_kind: str, flex_ok: bool = False) -> Route:
+    """Finish a fused route once the mask's structure is known; ``flex_ok``: FlexAttention
+    may take a mask the fused kernels cannot express (a bool 4-D mask, a sliding layer)."""
     if layout_kind == "dense":
         return Route(route.kernel, "dense causal (mask is plain causal)")
     if layout_kind == "varlen":
         return Route(route.kernel, "varlen (padding/packing)")
+    if flex_ok:
+        return Route(FLEX, "mask is not causal+padding/packing (e.g. bidirectional image blocks): BlockMask")
     return Route(SDPA, "mask is not causal+padding/packing (e.g. bidirectional image blocks)")
 
 

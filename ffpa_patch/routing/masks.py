@@ -4,8 +4,9 @@ A bool (or additive float) ``[B|1, 1|H, S, S]`` mask is accepted for a fused
 kernel only if, on every real query row, it is exactly "causal, same segment,
 key not padding" (plus the sliding window): then the call is ``dense`` (no
 padding, one sequence per row) or ``varlen`` (padding and/or packed sequences,
-described by cu_seqlens). Anything else (bidirectional image blocks, custom
-masks) is ``other`` and goes to SDPA with the mask as given. A token is real
+described by cu_seqlens and per-position segment ids). Anything else
+(bidirectional image blocks, custom masks) is ``other``: FlexAttention can
+take it as a bool mask, otherwise SDPA gets the mask as given. A token is real
 when it sees itself; a segment starts at a real token that cannot see the one
 before it. The result is cached per mask tensor: all layers of one kind share
 one mask per forward.
@@ -13,7 +14,7 @@ one mask per forward.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -26,6 +27,9 @@ class Layout:
     indices: torch.Tensor | None = None  # flat positions (in B*S) of real tokens
     cu_seqlens: torch.Tensor | None = None  # int32, segment bounds in the packed order
     max_seqlen: int = 0
+    segments: torch.Tensor | None = None  # [B, S] int32 segment id per position, 0 = padding (varlen)
+    allowed: torch.Tensor | None = None  # the bool mask itself, for "other" (FlexAttention can take it)
+    block_masks: dict = field(default_factory=dict)  # FlexAttention BlockMasks built from this layout
 
 
 _cache: list[tuple[weakref.ref, int, int | None, int, Layout]] = []
@@ -50,11 +54,12 @@ def analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
 
 
 def _analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
+    other = Layout("other", allowed=mask if mask.dtype == torch.bool and mask.dim() == 4 else None)
     if mask.dim() != 4 or mask.shape[-1] != mask.shape[-2]:
-        return Layout("other")
+        return other
     allowed = mask if mask.dtype == torch.bool else mask == 0
     if allowed.shape[1] != 1 and not bool((allowed == allowed[:, :1]).all()):
-        return Layout("other")
+        return other
     allowed = allowed[:, 0]
     seq = allowed.shape[-1]
     real = allowed.diagonal(dim1=-2, dim2=-1)
@@ -71,7 +76,7 @@ def _analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
         wrong = (allowed[:, r0 : r0 + _ROW_CHUNK] != expected) & real[:, r0 : r0 + _ROW_CHUNK, None]
         bad |= wrong.any()
     if bad.item():
-        return Layout("other")
+        return other
     real, starts, segment = (t.expand(batch, seq) for t in (real, starts, segment))
     if bool((real.all(-1) & (starts.sum(-1) == 1)).all()):
         return Layout("dense")
@@ -81,7 +86,8 @@ def _analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     indices = real.flatten().nonzero().squeeze(1)
     lengths = torch.bincount(global_segment[indices] - 1, minlength=int(per_row.sum()))
     cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
-    return Layout("varlen", indices, cu_seqlens, int(lengths.max()))
+    segments = torch.where(real, global_segment.view(batch, seq), 0).to(torch.int32)
+    return Layout("varlen", indices, cu_seqlens, int(lengths.max()), segments)
 
 
 def causal(q_len: int, kv_len: int, device) -> torch.Tensor:

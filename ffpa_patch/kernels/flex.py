@@ -1,0 +1,112 @@
+"""FlexAttention for sliding layers where flash-attn-4 is absent or cannot express the mask.
+
+The BlockMask is built from the structure ``routing.masks`` read out of the
+4-D mask (causal + window + segments, where padding is segment 0), or, for
+masks that are not causal+padding/packing (Gemma4's bidirectional image
+blocks), from the bool mask itself. Building it is pure torch and runs
+anywhere (CPU tests use it); only the fused kernel needs CUDA. Like
+Transformers' flex backend, flex_attention is compiled once with
+``dynamic=False`` and called directly when the caller is already compiling.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+# Default flex tiles overflow shared memory above head_dim 256 on Hopper
+# (NeMo-Automodel #3064); NeMo's small-tile options, forward and backward.
+SMALL_TILES = {
+    "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_M1": 32, "BLOCK_N1": 32,
+    "BLOCK_M2": 32, "BLOCK_N2": 32, "num_stages": 1, "num_warps": 4,
+}
+
+
+@functools.lru_cache(maxsize=1)
+def import_error() -> str | None:
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: F401
+    except Exception as exc:
+        return f"FlexAttention not importable ({type(exc).__name__}: {exc})"
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
+    if device.type != "cuda":
+        return f"device {device.type} (fused FlexAttention needs CUDA; on CPU it has no backward)"
+    if dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return f"dtype {dtype}"
+    return import_error()
+
+
+def kernel_options(head_dim: int) -> dict | None:
+    return dict(SMALL_TILES) if head_dim > 256 else None
+
+
+def block_mask(layout, batch: int, q_len: int, kv_len: int, window: int | None, device):
+    """The BlockMask for ``layout`` (a ``routing.masks.Layout``, or None for "no mask given").
+
+    Built once per mask (cached on the layout, which is cached per mask tensor)
+    and shared by every sliding layer of the forward.
+    """
+    if layout is None or layout.kind == "dense":
+        return _causal_block_mask(q_len, kv_len, window, device)
+    key = (batch, q_len, kv_len, window)
+    if key not in layout.block_masks:
+        layout.block_masks[key] = _build(layout, batch, q_len, kv_len, window, device)
+    return layout.block_masks[key]
+
+
+@functools.lru_cache(maxsize=16)
+def _causal_block_mask(q_len, kv_len, window, device):
+    return _build(None, 1, q_len, kv_len, window, device)
+
+
+def _build(layout, batch, q_len, kv_len, window, device):
+    """Causal is bottom-right aligned (query r sees keys <= r + kv_len - q_len), as
+    in the fused kernels; a window W lets a query see itself and W-1 keys before."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    compiled = torch.device(device).type == "cuda"  # fused block-mask build, no S x S temporaries
+    offset = kv_len - q_len
+    if layout is not None and layout.kind == "other":
+        allowed = layout.allowed
+        pick_b = allowed.shape[0] > 1
+        pick_h = allowed.shape[1] > 1
+
+        def mask_mod(b, h, q, kv):
+            return allowed[b if pick_b else 0, h if pick_h else 0, q, kv]
+
+        heads = allowed.shape[1] if pick_h else None
+        return create_block_mask(mask_mod, batch, heads, q_len, kv_len, device=device, _compile=compiled)
+
+    segments = layout.segments if layout is not None else None
+
+    def mask_mod(b, h, q, kv):
+        keep = q + offset >= kv
+        if window is not None:
+            keep = keep & (q + offset - kv < window)
+        if segments is not None:
+            keep = keep & (segments[b, q] == segments[b, kv]) & (segments[b, kv] > 0)
+        return keep
+
+    return create_block_mask(mask_mod, batch if segments is not None else None, None, q_len, kv_len,
+                             device=device, _compile=compiled)
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def attention(query, key, value, mask, scale: float):
+    """``[B, H, S, D]`` q/k/v (GQA native) -> ``[B, S, H, D]``."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    fn = flex_attention if torch.compiler.is_compiling() else _compiled()
+    out = fn(query, key, value, block_mask=mask, scale=scale, enable_gqa=query.shape[1] != key.shape[1],
+             kernel_options=kernel_options(query.shape[-1]))
+    return out.transpose(1, 2)
