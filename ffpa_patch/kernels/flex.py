@@ -50,6 +50,8 @@ def block_mask(layout, batch: int, q_len: int, kv_len: int, window: int | None, 
     Built once per mask (cached on the layout, which is cached per mask tensor)
     and shared by every sliding layer of the forward.
     """
+    if torch.compiler.is_compiling():  # no Python-side caches inside a graph
+        return _build(layout if layout is not None and layout.kind != "dense" else None, batch, q_len, kv_len, window, device)
     if layout is None or layout.kind == "dense":
         return _causal_block_mask(q_len, kv_len, window, device)
     key = (batch, q_len, kv_len, window)

@@ -86,7 +86,17 @@ def route_attention(
     route = decide_mod.decide(facts)
     window = (sliding_window or getattr(module, "sliding_window", None)) if is_sliding else None
     layout = None
-    if route.fused and attention_mask is not None:
+    if route.fused and torch.compiler.is_compiling():
+        # Reading a mask's structure is data-dependent: a graph break per layer. Inside a
+        # compiled graph sliding layers take FlexAttention with the mask as given; masked
+        # full layers are routed in an eager region (one break per masked full layer).
+        if is_sliding and facts.flex_problem is None and (attention_mask is None or masks.is_bool_4d(attention_mask)):
+            route = Route(FLEX, "torch.compile: FlexAttention with the mask as given")
+            layout = None if attention_mask is None else masks.Layout("other", allowed=attention_mask)
+        elif attention_mask is not None:
+            return _route_eagerly(module, query, key, value, attention_mask, backend=backend, dropout=dropout,
+                                  scaling=scaling, sliding_window=sliding_window, softcap=softcap, **kwargs)
+    elif route.fused and attention_mask is not None:
         layout = masks.analyse(attention_mask, query.shape[0], window)
         route = decide_mod.refine(route, layout.kind, facts.flex_ok and layout.allowed is not None)
     _account(module, backend, is_sliding, head_dim, route)
@@ -106,6 +116,11 @@ def route_attention(
             module, query, key, value, mask, dropout=dropout, scaling=scaling, softcap=softcap, **kwargs
         )
     return _sdpa()(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, sliding_window=sliding_window, **kwargs)
+
+
+@torch.compiler.disable
+def _route_eagerly(*args, **kwargs):
+    return route_attention(*args, **kwargs)
 
 
 def _account(module, backend: str, is_sliding: bool, head_dim: int, route: Route) -> None:

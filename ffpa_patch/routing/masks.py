@@ -54,7 +54,7 @@ def analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
 
 
 def _analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
-    other = Layout("other", allowed=mask if mask.dtype == torch.bool and mask.dim() == 4 else None)
+    other = Layout("other", allowed=mask if is_bool_4d(mask) else None)
     if mask.dim() != 4 or mask.shape[-1] != mask.shape[-2]:
         return other
     allowed = mask if mask.dtype == torch.bool else mask == 0
@@ -88,6 +88,10 @@ def _analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
     segments = torch.where(real, global_segment.view(batch, seq), 0).to(torch.int32)
     return Layout("varlen", indices, cu_seqlens, int(lengths.max()), segments)
+
+
+def is_bool_4d(mask: torch.Tensor) -> bool:
+    return mask.dtype == torch.bool and mask.dim() == 4
 
 
 def causal(q_len: int, kv_len: int, device) -> torch.Tensor:
