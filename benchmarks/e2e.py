@@ -1,9 +1,12 @@
 """One training step of a reduced-depth Gemma4 text model with 31B layer shapes.
 
-Backends: sdpa-stock (patch reverted), sdpa-fixed (only the 5.5-5.12 repeat-KV fix),
-sdpa-dropin (patch applied, model on sdpa), ffpa (attn_implementation="ffpa": FFPA
-full layers, flash-attn-4 sliding layers).
+Backends: sdpa-stock (patch reverted), flex-stock (patch reverted, Transformers'
+flex_attention with NeMo's small tiles, which D=512 needs), sdpa-fixed (only the
+5.5-5.12 repeat-KV fix), sdpa-dropin (patch applied, model on sdpa), ffpa
+(attn_implementation="ffpa": FFPA full layers, flash-attn-4 sliding layers),
+ffpa-flex (the same without flash-attn-4: sliding layers on FlexAttention).
 python benchmarks/e2e.py --seqs 8192 16384 --layers 6 --out benchmarks/results/e2e.json
+Peak memory is reported per phase of the last step (forward, backward, optimizer).
 """
 import argparse
 import os
@@ -32,14 +35,29 @@ def config(layers):
     return cfg
 
 
-def run(backend, seq, layers, steps, batch, padded, ckpt, targets=None):
-    from transformers import Gemma4ForCausalLM
+ATTN = {"sdpa-stock": "sdpa", "flex-stock": "flex_attention", "sdpa-fixed": "sdpa", "sdpa-dropin": "sdpa",
+        "ffpa": "ffpa", "ffpa-flex": "ffpa"}
+
+
+def run(backend, seq, layers, steps, batch, padded, ckpt, targets=None, optimizer=True, compile_model=False, profile=None):
+    from ffpa_patch import kernels
+    from ffpa_patch.kernels.cute import CuteKernels
 
     ffpa_patch.revert()
-    if backend != "sdpa-stock":
+    if not backend.endswith("-stock"):
         ffpa_patch.apply(targets=targets)
     ffpa_patch.reset_stats()
-    attn = {"sdpa-stock": "sdpa", "sdpa-dropin": "sdpa", "sdpa-fixed": "sdpa", "ffpa": "ffpa"}[backend]
+    with kernels.use(CuteKernels(fa4=backend != "ffpa-flex")):
+        return _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_model, profile)
+
+
+def _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_model, profile):
+    from torch._dynamo.utils import counters
+    from transformers import Gemma4ForCausalLM
+
+    from ffpa_patch.kernels import flex
+
+    attn = ATTN[backend]
     torch.manual_seed(0)
     cfg = config(layers)
     cfg._attn_implementation = attn
@@ -54,29 +72,62 @@ def run(backend, seq, layers, steps, batch, padded, ckpt, targets=None):
             kwargs["context_fn"] = checkpointing.context_fn
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
-    ids = torch.randint(0, 4096, (batch, seq), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True) if optimizer else None
+    g = torch.Generator(device="cuda").manual_seed(1)
+    ids = torch.randint(0, 4096, (batch, seq), device="cuda", generator=g)
     mask = torch.ones_like(ids)
     if padded:
         mask[-1, seq * 3 // 4 :] = 0
     labels = ids.masked_fill(mask == 0, -100)
+    extra = {"kernel_options": flex.SMALL_TILES} if backend == "flex-stock" else {}
+    forward = torch.compile(model) if compile_model else model
+    counters.clear()
     torch.cuda.reset_peak_memory_stats()
-    times, losses = [], []
+    times, losses, phase_peaks, peaks = [], [], {}, []
+
+    def take_peak():
+        """Peak GiB since the last call (the phases of one step)."""
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated() / 2**30)
+        torch.cuda.reset_peak_memory_stats()
+        return peaks[-1]
+
+    def step(track=False):
+        loss = forward(ids, attention_mask=mask if padded else None, labels=labels, **extra).loss
+        if track:
+            phase_peaks["forward"] = take_peak()
+        loss.backward()
+        if track:
+            phase_peaks["backward"] = take_peak()
+        if opt is not None:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        else:
+            model.zero_grad(set_to_none=True)
+        if track:
+            phase_peaks["optimizer"] = take_peak()
+        return loss
+
     for _ in range(steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        loss = model(ids, attention_mask=mask if padded else None, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss = step()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
-    step = statistics.median(times[1:])
-    row = dict(backend=backend, seq=seq, batch=batch, layers=layers, padded=padded, ckpt=ckpt,
-               tokens_per_s=int(mask.sum()) / step, step_s=step, first_step_s=times[0],
-               peak_gib=torch.cuda.max_memory_allocated() / 2**30, losses=losses, routes=ffpa_patch.stats())
-    del model, opt
+    median = statistics.median(times[1:])
+    take_peak()
+    step(track=True)  # one more, untimed, with the peak per phase
+    row = dict(backend=backend, seq=seq, batch=batch, layers=layers, padded=padded, ckpt=ckpt, optimizer=optimizer,
+               compiled=compile_model, tokens_per_s=int(mask.sum()) / median, step_s=median, first_step_s=times[0],
+               peak_gib=max(peaks), phase_peak_gib=dict(phase_peaks), losses=losses, routes=ffpa_patch.stats())
+    if compile_model:
+        row["graph_breaks"] = {k: v for k, v in counters["graph_break"].items()}
+    if profile:
+        from benchmarks.profile_split import profile_step
+
+        row["profile"] = profile_step(step)
+    del model, opt, forward
     torch.cuda.empty_cache()
     return row
 
@@ -89,7 +140,10 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--padded", action="store_true")
     ap.add_argument("--ckpt", choices=["plain", "selective"], default=None)
-    ap.add_argument("--backends", nargs="+", default=["sdpa-stock", "sdpa-dropin", "ffpa"])
+    ap.add_argument("--backends", nargs="+", default=["sdpa-stock", "sdpa-dropin", "ffpa"], choices=list(ATTN))
+    ap.add_argument("--no-optimizer", action="store_true", help="forward+backward only (as the prototype in FACTS.md)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile(model); graph breaks are reported")
+    ap.add_argument("--profile", action="store_true", help="torch.profiler split of one more step")
     ap.add_argument("--out", default="benchmarks/results/e2e.json")
     args = ap.parse_args()
     rows = []
@@ -97,13 +151,14 @@ def main():
         for backend in args.backends:
             try:
                 targets = ["sdpa_repeat_kv"] if backend == "sdpa-fixed" else None
-                rows.append(run(backend, seq, args.layers, args.steps, args.batch, args.padded, args.ckpt, targets))
-            except torch.OutOfMemoryError as exc:
-                rows.append(dict(backend=backend, seq=seq, error=f"OOM: {exc}"[:200]))
-                torch.cuda.empty_cache()
+                rows.append(run(backend, seq, args.layers, args.steps, args.batch, args.padded, args.ckpt, targets,
+                                not args.no_optimizer, args.compile, args.profile))
+            except Exception as exc:  # OOM (stock sdpa at 16k on 5.12), or a kernel that fails: record, go on
+                rows.append(dict(backend=backend, seq=seq, error=f"{type(exc).__name__}: {exc}"[:300]))
+            torch.cuda.empty_cache()
             r = rows[-1]
-            print({k: v for k, v in r.items() if k not in ("routes", "losses")}, flush=True)
-    write(args.out, {"env": env_info(), "args": vars(args), "rows": rows})
+            print({k: v for k, v in r.items() if k not in ("routes", "losses", "profile")}, flush=True)
+            write(args.out, {"env": env_info(), "args": vars(args), "rows": rows})  # after each row: a timeout keeps what ran
 
 
 if __name__ == "__main__":

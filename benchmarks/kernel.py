@@ -1,6 +1,7 @@
 """One Gemma4-31B full-attention layer (B=1, Hq=32, Hkv=4, D=512, causal, bf16).
 
-python benchmarks/kernel.py --seqs 4096 8192 16384 --out benchmarks/results/kernel.json
+python benchmarks/kernel.py --seqs 4096 8192 16384 32768 --out benchmarks/results/kernel.json
+FlexAttention is compiled (dynamic=False) with NeMo's small tiles, which D=512 needs.
 """
 import argparse
 import os
@@ -22,7 +23,7 @@ def flops(n, bwd):
 def variants():
     from ffpa_attn import ffpa_attn_func
 
-    from ffpa_patch.kernels import ffpa
+    from ffpa_patch.kernels import ffpa, flex
 
     F = torch.nn.functional
 
@@ -39,7 +40,12 @@ def variants():
     def sdpa_gqa_math(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0, enable_gqa=True).transpose(1, 2).contiguous()
 
-    return {"ffpa_patch low-copy": shim, "ffpa_attn_func": raw, "sdpa repeat-KV": sdpa_repeat, "sdpa enable_gqa (MATH)": sdpa_gqa_math}
+    def flex_attention(q, k, v):
+        mask = flex.block_mask(None, 1, q.shape[2], k.shape[2], None, q.device)
+        return flex.attention(q, k, v, mask, 1.0)
+
+    return {"ffpa_patch low-copy": shim, "ffpa_attn_func": raw, "sdpa repeat-KV": sdpa_repeat,
+            "sdpa enable_gqa (MATH)": sdpa_gqa_math, "flex (small tiles)": flex_attention}
 
 
 def inputs(n):
@@ -60,14 +66,15 @@ def held_for_backward(fn, n):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seqs", type=int, nargs="+", default=[4096, 8192, 16384])
+    ap.add_argument("--seqs", type=int, nargs="+", default=[4096, 8192, 16384, 32768])
+    ap.add_argument("--variants", nargs="+", default=None, help="names (default: all)")
     ap.add_argument("--math-max", type=int, default=8192)
     ap.add_argument("--out", default="benchmarks/results/kernel.json")
     args = ap.parse_args()
     rows = []
     for n in args.seqs:
         for name, fn in variants().items():
-            if "MATH" in name and n > args.math_max:
+            if "MATH" in name and n > args.math_max or args.variants and name not in args.variants:
                 continue
             q, k, v = inputs(n)
             g = torch.randn(1, n, HQ, D, device="cuda", dtype=torch.bfloat16)
