@@ -20,6 +20,7 @@ def import_error() -> str | None:
 
 
 @functools.lru_cache(maxsize=64)
+@torch.compiler.assume_constant_result  # a fact of the machine: Dynamo must not trace the imports
 def unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
     if device.type != "cuda":
         return f"device {device.type} (flash-attn-4 needs CUDA)"

@@ -32,6 +32,7 @@ def import_error() -> str | None:
 
 
 @functools.lru_cache(maxsize=64)
+@torch.compiler.assume_constant_result  # a fact of the machine: Dynamo must not trace the imports
 def unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
     if device.type != "cuda":
         return f"device {device.type} (fused FlexAttention needs CUDA; on CPU it has no backward)"
@@ -70,7 +71,8 @@ def _build(layout, batch, q_len, kv_len, window, device):
     in the fused kernels; a window W lets a query see itself and W-1 keys before."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    compiled = torch.device(device).type == "cuda"  # fused block-mask build, no S x S temporaries
+    # fused block-mask build, no S x S temporaries (inside a compiled graph inductor fuses it anyway)
+    compiled = torch.device(device).type == "cuda" and not torch.compiler.is_compiling()
     offset = kv_len - q_len
     if layout is not None and layout.kind == "other":
         allowed = layout.allowed
