@@ -23,7 +23,6 @@ class Settings:
     force: bool  # FFPA_PATCH_FORCE=1: patch outside the supported version range
     targets: frozenset[str] | None  # FFPA_PATCH_TARGETS=a,b: only these patches
     exclude: frozenset[str]  # FFPA_PATCH_EXCLUDE=a,b: never these patches
-    dropin: bool  # FFPA_PATCH_DROPIN=0 keeps models on "sdpa" untouched
 
 
 def read() -> Settings:
@@ -33,5 +32,4 @@ def read() -> Settings:
         force=_flag("FFPA_PATCH_FORCE"),
         targets=_names("FFPA_PATCH_TARGETS"),
         exclude=_names("FFPA_PATCH_EXCLUDE") or frozenset(),
-        dropin=os.environ.get("FFPA_PATCH_DROPIN", "1").strip().lower() not in {"0", "false", "no", "off"},
     )
