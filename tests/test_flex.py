@@ -8,16 +8,9 @@ import torch
 
 from ffpa_patch.kernels import flex, reference
 from ffpa_patch.routing.masks import analyse
+from test_masks import causal
 
 S, WINDOW = 40, 7
-
-
-def causal(s, window=None):
-    i, j = torch.arange(s)[:, None], torch.arange(s)[None]
-    m = j <= i
-    if window:
-        m &= (i - j) < window
-    return m
 
 
 def masks_by_kind():

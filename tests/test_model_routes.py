@@ -58,17 +58,22 @@ def n_layers(model, kind):
     return sum(m.is_sliding == (kind == "sliding") for m in model.modules() if isinstance(m, Gemma4TextAttention))
 
 
+@pytest.mark.parametrize("sliding", ["fa4", "flex"])  # flex: a machine without flash-attn-4
 @pytest.mark.parametrize("family", ["dense31b", "e2b", "moe"])
 @pytest.mark.parametrize("kind", ["text", "left_pad", "right_pad", "packed"])
-def test_ffpa_backend_matches_eager_and_routes_every_layer(family, kind, patched, reference_kernels):
-    model = check_against_eager(family, kind, "ffpa")
+def test_ffpa_backend_matches_eager_and_routes_every_layer(family, kind, sliding, patched):
+    from ffpa_patch.kernels import use
+    from ffpa_patch.kernels.reference import ReferenceKernels
+
+    with use(ReferenceKernels(fa4=sliding == "fa4")):
+        model = check_against_eager(family, kind, "ffpa")
     expected = "dense causal" if kind == "text" else "varlen (padding/packing)"
     rows = {(r["layer"], r["kernel"], r["reason"]): r["count"] for r in stats.snapshot()}
-    # one forward (the backward reuses saved tensors): each full layer once on FFPA, each sliding once on fa4
+    # one forward (the backward reuses saved tensors): each full layer once on FFPA, each sliding layer once
     assert rows.get(("full", "ffpa", expected), 0) == n_layers(model, "full")
     sliding_rows = {k: v for k, v in rows.items() if k[0] == "sliding"}
     assert sum(sliding_rows.values()) == n_layers(model, "sliding")
-    assert all(k[1] == "fa4" for k in sliding_rows)
+    assert all(k[1] == sliding for k in sliding_rows), sliding_rows
 
 
 @pytest.mark.parametrize("family", ["dense31b", "e2b"])
@@ -87,17 +92,6 @@ def reference_kernels_without_fa4():
 
     with use(ReferenceKernels(fa4=False)) as k:
         yield k
-
-
-@pytest.mark.parametrize("family", ["dense31b", "e2b", "moe"])
-@pytest.mark.parametrize("kind", ["text", "left_pad", "right_pad", "packed"])
-def test_without_fa4_sliding_layers_take_flex_on_the_ffpa_backend(family, kind, patched, reference_kernels_without_fa4):
-    model = check_against_eager(family, kind, "ffpa")
-    expected = "dense causal" if kind == "text" else "varlen (padding/packing)"
-    rows = {(r["layer"], r["kernel"], r["reason"]): r["count"] for r in stats.snapshot()}
-    assert rows.get(("full", "ffpa", expected), 0) == n_layers(model, "full")
-    sliding = {k: v for k, v in rows.items() if k[0] == "sliding"}
-    assert sum(sliding.values()) == n_layers(model, "sliding") and all(k[1] == "flex" for k in sliding), sliding
 
 
 @pytest.mark.parametrize("kind", ["text", "left_pad"])
