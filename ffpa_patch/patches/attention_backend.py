@@ -24,11 +24,12 @@ def ffpa_attention_forward(module, query, key, value, attention_mask, **kwargs):
 
 
 def ffpa_mask(*args, **kwargs):
-    from transformers import masking_utils
+    # the submodule, not ``from transformers import ...``: Dynamo breaks the graph on lazy-module imports
+    from transformers.masking_utils import sdpa_mask
 
     if not args and kwargs.get("q_length") != kwargs.get("kv_length"):
         kwargs["allow_is_causal_skip"] = False
-    return masking_utils.sdpa_mask(*args, **kwargs)
+    return sdpa_mask(*args, **kwargs)
 
 
 class FFPABackend(Patch):
