@@ -12,15 +12,15 @@ from collections import defaultdict
 
 import torch
 
-CLASSES = [  # first match wins
-    ("full attention (FFPA)", r"ffpa|cute_fmha|_fwd_cute|_bwd_cute"),
-    ("sliding attention (flash-attn-4)", r"flash|fmha|FlashAttention"),
-    ("flex attention", r"triton_tem_fused|flex_attention|triton_.*flex"),
-    ("sdpa attention", r"efficient_attention|fmha_cutlass|flash_fwd|flash_bwd|cudnn|attention"),
-    ("matmul (projections, MLP, LM head)", r"gemm|nvjet|xmma|cutlass|sm90_|sm100_|ampere_|cublas"),
-    ("optimizer (AdamW)", r"multi_tensor_apply|foreach|adam"),
-    ("loss (softcap, log-softmax, NLL)", r"log_softmax|nll_loss|cross_entropy|tanh"),
-    ("norms / rotary / elementwise", r"elementwise|vectorized|reduce|norm|unrolled|index|copy|cat|fill|triton_"),
+CLASSES = [  # first match wins; names as seen on the H200 (torch 2.11, cuDNN, CuTeDSL, Triton)
+    ("full attention (FFPA)", r"ffpa"),
+    ("sliding attention (flash-attn-4)", r"flash_attncute|FlashAttention\w*Sm\d+"),
+    ("flex attention", r"flex_attention"),
+    ("sdpa attention", r"native_sdpa|fmha_cutlass|PyTorchMemEffAttention|pytorch_flash|efficient_attention"),
+    ("matmul (projections, MLP, LM head)", r"gemm|nvjet|xmma|cublas"),
+    ("optimizer (AdamW)", r"multi_tensor_apply|adam"),
+    ("loss (log-softmax, NLL)", r"log_softmax|nll_loss|cross_entropy"),
+    ("norms / rotary / softcap / elementwise", r"elementwise|vectorized|reduce|norm|index|copy|cat|fill|triton_"),
 ]
 
 
@@ -39,18 +39,21 @@ def profile_step(step) -> dict:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
-    per_class, per_kernel = defaultdict(float), defaultdict(float)
+    per_kernel = defaultdict(float)
     for evt in prof.events():
         if evt.device_type != torch.autograd.DeviceType.CUDA:
             continue
-        ms = evt.device_time / 1e3 if hasattr(evt, "device_time") else evt.cuda_time / 1e3
-        per_kernel[evt.name] += ms
-        per_class[classify(evt.name)] += ms
-    total = sum(per_class.values())
+        per_kernel[evt.name] += evt.device_time / 1e3 if hasattr(evt, "device_time") else evt.cuda_time / 1e3
     ranked = sorted(per_kernel.items(), key=lambda kv: -kv[1])
-    return {
-        "total_gpu_ms": total,
-        "split_ms": dict(sorted(per_class.items(), key=lambda kv: -kv[1])),
-        "split_pct": {k: 100 * v / total for k, v in sorted(per_class.items(), key=lambda kv: -kv[1])},
-        "kernels_ms": [{"kernel": k[:200], "ms": v, "class": classify(k)} for k, v in ranked],
-    }
+    kernels = [{"kernel": k[:200], "ms": v} for k, v in ranked]
+    return {**split(kernels), "kernels_ms": kernels}
+
+
+def split(kernels: list[dict]) -> dict:
+    """GPU ms and % per class from ``[{"kernel": name, "ms": t}, ...]`` (also re-run by report.py)."""
+    per_class = defaultdict(float)
+    for k in kernels:
+        per_class[classify(k["kernel"])] += k["ms"]
+    total = sum(per_class.values())
+    ordered = sorted(per_class.items(), key=lambda kv: -kv[1])
+    return {"total_gpu_ms": total, "split_ms": dict(ordered), "split_pct": {c: 100 * v / total for c, v in ordered}}

@@ -6,6 +6,8 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 
 def load(folder, name):
     path = os.path.join(folder, name)
@@ -21,6 +23,10 @@ def kernel_table(data):
 
 def e2e_table(data):
     rows = [r for r in data["rows"] if "error" not in r]
+    patched_before = 0
+    for r in data["rows"]:  # a second patched model in one process shows ~5.5 GiB more peak (README)
+        r["_after_patched"] = patched_before > 0
+        patched_before += "error" not in r and not r["backend"].endswith("-stock")
     base = {(r["seq"], r.get("padded"), r.get("ckpt")): r["tokens_per_s"] for r in rows if r["backend"] == "sdpa-stock"}
     lines = ["| seq | backend | tokens/s | vs stock sdpa | peak GiB | first step s | final loss |", "|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
@@ -29,7 +35,21 @@ def e2e_table(data):
             continue
         b = base.get((r["seq"], r.get("padded"), r.get("ckpt")))
         ratio = f"{r['tokens_per_s'] / b:.2f}x" if b else "-"
-        lines.append(f"| {r['seq']} | {r['backend']} | {r['tokens_per_s']:,.0f} | {ratio} | {r['peak_gib']:.1f} | {r['first_step_s']:.1f} | {r['losses'][-1]:.4f} |")
+        peak = f"{r['peak_gib']:.1f}" + (" *" if r["_after_patched"] else "")
+        lines.append(f"| {r['seq']} | {r['backend']} | {r['tokens_per_s']:,.0f} | {ratio} | {peak} | {r['first_step_s']:.1f} | {r['losses'][-1]:.4f} |")
+    return "\n".join(lines)
+
+
+def profile_table(data):
+    from profile_split import split
+
+    rows = [r for r in data["rows"] if "profile" in r]
+    splits = {r["backend"]: split(r["profile"]["kernels_ms"]) for r in rows}
+    classes = list(dict.fromkeys(c for s in splits.values() for c in s["split_ms"]))
+    lines = ["| GPU ms per step | " + " | ".join(splits) + " |", "|---|" + "---|" * len(splits)]
+    for c in classes + ["total"]:
+        vals = [s["total_gpu_ms"] if c == "total" else s["split_ms"].get(c, 0.0) for s in splits.values()]
+        lines.append(f"| {c} | " + " | ".join(f"{v:.1f}" for v in vals) + " |")
     return "\n".join(lines)
 
 
@@ -64,12 +84,17 @@ def main():
     k = load(folder, "kernel.json")
     if k:
         print("### Kernel (one full layer)\n\n" + kernel_table(k) + "\n")
-    for name in ("e2e.json", "e2e_padded.json", "e2e_ckpt_plain.json", "e2e_ckpt_selective.json", "e2e_t512.json"):
+    names = ("e2e_8k.json", "e2e_16k.json", "e2e_order.json", "e2e_loss20.json", "e2e_padded.json",
+             "e2e_ckpt_plain.json", "e2e_ckpt_selective.json", "e2e_t512.json")
+    for name in names:
         e = load(folder, name)
         if e:
             print(f"### {name}\n\n" + e2e_table(e) + "\n")
-            if name == "e2e.json":
-                plot(e, os.path.join(folder, "e2e.png"))
+            if any("profile" in r for r in e["rows"]):
+                print(f"### {name}: profile split\n\n" + profile_table(e) + "\n")
+    main_rows = [r for n in ("e2e_8k.json", "e2e_16k.json") if load(folder, n) for r in load(folder, n)["rows"]]
+    if main_rows:
+        plot({"rows": main_rows}, os.path.join(folder, "e2e.png"))
 
 
 if __name__ == "__main__":
