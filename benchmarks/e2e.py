@@ -39,7 +39,8 @@ ATTN = {"sdpa-stock": "sdpa", "flex-stock": "flex_attention", "sdpa-fixed": "sdp
         "ffpa": "ffpa", "ffpa-flex": "ffpa"}
 
 
-def run(backend, seq, layers, steps, batch, padded, ckpt, targets=None, optimizer=True, compile_model=False, profile=None):
+def run(backend, seq, layers, steps, batch, padded, ckpt, targets=None, optimizer=True, compile_model=False, profile=None,
+        packed=0):
     from ffpa_patch import kernels
     from ffpa_patch.kernels.cute import CuteKernels
 
@@ -48,10 +49,10 @@ def run(backend, seq, layers, steps, batch, padded, ckpt, targets=None, optimize
         ffpa_patch.apply(targets=targets)
     ffpa_patch.reset_stats()
     with kernels.use(CuteKernels(fa4=backend != "ffpa-flex")):
-        return _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_model, profile)
+        return _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_model, profile, packed)
 
 
-def _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_model, profile):
+def _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_model, profile, packed):
     from torch._dynamo.utils import counters
     from transformers import Gemma4ForCausalLM
 
@@ -80,6 +81,8 @@ def _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_mo
         mask[-1, seq * 3 // 4 :] = 0
     labels = ids.masked_fill(mask == 0, -100)
     extra = {"kernel_options": flex.SMALL_TILES} if backend == "flex-stock" else {}
+    if packed:  # N documents per row, as DataCollatorWithFlattening / TRL padding-free make them
+        extra["position_ids"] = torch.arange(seq, device="cuda").remainder(seq // packed).expand(batch, seq)
     forward = torch.compile(model) if compile_model else model
     counters.clear()
     torch.cuda.reset_peak_memory_stats()
@@ -118,7 +121,7 @@ def _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_mo
     median = statistics.median(times[1:])
     take_peak()
     step(track=True)  # one more, untimed, with the peak per phase
-    row = dict(backend=backend, seq=seq, batch=batch, layers=layers, padded=padded, ckpt=ckpt, optimizer=optimizer,
+    row = dict(backend=backend, seq=seq, batch=batch, layers=layers, padded=padded, packed=packed, ckpt=ckpt, optimizer=optimizer,
                compiled=compile_model, tokens_per_s=int(mask.sum()) / median, step_s=median, first_step_s=times[0],
                peak_gib=max(peaks), phase_peak_gib=dict(phase_peaks), losses=losses, routes=ffpa_patch.stats())
     if compile_model:
@@ -139,6 +142,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--padded", action="store_true")
+    ap.add_argument("--packed", type=int, default=0, metavar="N", help="N packed documents per row (position_ids restart)")
     ap.add_argument("--ckpt", choices=["plain", "selective"], default=None)
     ap.add_argument("--backends", nargs="+", default=["sdpa-stock", "sdpa-dropin", "ffpa"], choices=list(ATTN))
     ap.add_argument("--no-optimizer", action="store_true", help="forward+backward only (as the prototype in FACTS.md)")
@@ -152,7 +156,7 @@ def main():
             try:
                 targets = ["sdpa_repeat_kv"] if backend == "sdpa-fixed" else None
                 rows.append(run(backend, seq, args.layers, args.steps, args.batch, args.padded, args.ckpt, targets,
-                                not args.no_optimizer, args.compile, args.profile))
+                                not args.no_optimizer, args.compile, args.profile, args.packed))
             except Exception as exc:  # OOM (stock sdpa at 16k on 5.12), or a kernel that fails: record, go on
                 rows.append(dict(backend=backend, seq=seq, error=f"{type(exc).__name__}: {exc}"[:300]))
             torch.cuda.empty_cache()
