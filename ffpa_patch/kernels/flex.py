@@ -82,8 +82,8 @@ def _build(layout, batch, q_len, kv_len, window, device):
         def mask_mod(b, h, q, kv):
             return allowed[b if pick_b else 0, h if pick_h else 0, q, kv]
 
-        heads = allowed.shape[1] if pick_h else None
-        return create_block_mask(mask_mod, batch, heads, q_len, kv_len, device=device, _compile=compiled)
+        return create_block_mask(mask_mod, batch if pick_b else None, allowed.shape[1] if pick_h else None,
+                                 q_len, kv_len, device=device, _compile=compiled)
 
     segments = layout.segments if layout is not None else None
 
