@@ -21,12 +21,18 @@ def kernel_table(data):
     return "\n".join(lines)
 
 
-def e2e_table(data):
-    rows = [r for r in data["rows"] if "error" not in r]
+def mark_order(data):
+    """Flag rows that ran after a patched model in the same process: ~5.5 GiB more peak (README)."""
     patched_before = 0
-    for r in data["rows"]:  # a second patched model in one process shows ~5.5 GiB more peak (README)
+    for r in data["rows"]:
         r["_after_patched"] = patched_before > 0
         patched_before += "error" not in r and not r["backend"].endswith("-stock")
+    return data
+
+
+def e2e_table(data):
+    mark_order(data)
+    rows = [r for r in data["rows"] if "error" not in r]
     base = {(r["seq"], r.get("padded"), r.get("ckpt")): r["tokens_per_s"] for r in rows if r["backend"] == "sdpa-stock"}
     lines = ["| seq | backend | tokens/s | vs stock sdpa | peak GiB | first step s | final loss |", "|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
@@ -68,8 +74,11 @@ def plot(data, path):
         vals = {r["seq"]: r for r in rows if r["backend"] == b}
         xs = [j + i * width for j in range(len(seqs))]
         axes[0].bar(xs, [vals[s]["tokens_per_s"] if s in vals else 0 for s in seqs], width, label=b)
-        axes[1].bar(xs, [vals[s]["peak_gib"] if s in vals else 0 for s in seqs], width, label=b)
-    for ax, title in zip(axes, ("tokens/s (higher is better)", "peak memory GiB")):
+        bars = axes[1].bar(xs, [vals[s]["peak_gib"] if s in vals else 0 for s in seqs], width, label=b)
+        for bar, s in zip(bars, seqs):
+            if s in vals and vals[s].get("_after_patched"):
+                bar.set_hatch("//")
+    for ax, title in zip(axes, ("tokens/s (higher is better)", "peak memory GiB (hatched: after another patched model)")):
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(seqs))], [str(s) for s in seqs])
         ax.set_xlabel("sequence length")
         ax.set_title(title)
@@ -92,7 +101,7 @@ def main():
             print(f"### {name}\n\n" + e2e_table(e) + "\n")
             if any("profile" in r for r in e["rows"]):
                 print(f"### {name}: profile split\n\n" + profile_table(e) + "\n")
-    main_rows = [r for n in ("e2e_8k.json", "e2e_16k.json") if load(folder, n) for r in load(folder, n)["rows"]]
+    main_rows = [r for n in ("e2e_8k.json", "e2e_16k.json") if load(folder, n) for r in mark_order(load(folder, n))["rows"]]
     if main_rows:
         plot({"rows": main_rows}, os.path.join(folder, "e2e.png"))
 
