@@ -78,7 +78,7 @@ def plot(data, path):
         for bar, s in zip(bars, seqs):
             if s in vals and vals[s].get("_after_patched"):
                 bar.set_hatch("//")
-    for ax, title in zip(axes, ("tokens/s (higher is better)", "peak memory GiB (hatched: after another patched model)")):
+    for ax, title in zip(axes, ("tokens/s (higher is better)", "peak GiB (hatched: 2nd patched model)")):
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(seqs))], [str(s) for s in seqs])
         ax.set_xlabel("sequence length")
         ax.set_title(title)
