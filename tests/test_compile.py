@@ -1,13 +1,15 @@
-"""torch.compile over a patched model (Dynamo with the "eager" backend on CPU; inductor is a gpu test).
+"""torch.compile over a patched model (Dynamo + AOTAutograd on CPU; inductor is a gpu test).
 
 Reading a mask's structure is data-dependent, so inside a graph sliding layers take
-FlexAttention with the mask as given and masked full layers are routed in an eager
-region: the only graph breaks ffpa_patch may cause, one per masked full layer.
+FlexAttention with the mask as given and masked full layers an opaque custom op
+(ffpa_patch/routing/compiled.py) that reads the mask at run time: no graph breaks.
 """
+import pytest
 import torch
 
 import tiny
 from ffpa_patch.routing import stats
+from ffpa_patch.routing.compiled import REASON_PREFIX
 
 
 def _inputs(kind):
@@ -17,23 +19,60 @@ def _inputs(kind):
         mask = torch.ones(2, 24, dtype=torch.long)
         mask[0, :6] = 0
         kw["attention_mask"] = mask
+    elif kind == "packed":
+        kw["position_ids"] = torch.tensor([list(range(10)) + list(range(14))] * 2)
     return ids, kw
 
 
-def test_compiled_model_matches_eager_and_breaks_only_at_masked_full_layers(patched, reference_kernels):
+def _loss_and_grads(model, fn, ids, kw):
+    model.zero_grad()
+    logits = fn(ids, **kw).logits
+    valid = kw.get("attention_mask", torch.ones_like(ids)).bool()
+    (logits.logsumexp(-1) * valid).sum().backward()
+    return logits.detach()[valid], {n: p.grad.clone() for n, p in model.named_parameters() if "self_attn" in n and p.grad is not None}
+
+
+@pytest.mark.parametrize("kind", ["left_pad", "packed"])
+def test_compiled_model_has_no_graph_breaks_and_matches_eager(kind, patched):
+    # Sliding layers take flex inside a graph; with fa4=False they take flex eagerly too, so
+    # both sides sum in the same order and must agree to fp32 rounding.
     from torch._dynamo.utils import counters
+
+    from ffpa_patch.kernels import use
+    from ffpa_patch.kernels.reference import ReferenceKernels
 
     torch._dynamo.reset()
     counters.clear()
     model = tiny.causal_lm("dense31b", attn="ffpa")
-    ids, kw = _inputs("left_pad")
-    ref = model(ids, **kw).logits
+    ids, kw = _inputs(kind)
+    with use(ReferenceKernels(fa4=False)):
+        ref_logits, ref_grads = _loss_and_grads(model, model, ids, kw)
+        stats.reset()
+        logits, grads = _loss_and_grads(model, torch.compile(model, backend="aot_eager"), ids, kw)
+    assert dict(counters["graph_break"]) == {}  # stock Gemma4 compiles to one graph too
+    torch.testing.assert_close(logits, ref_logits, atol=5e-5, rtol=1e-4)
+    assert grads.keys() == ref_grads.keys() and grads
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], atol=5e-5, rtol=1e-4)
+    # the op counts itself at run time: the full layer ran FFPA varlen (padding/packing)
+    assert stats.total("full", "ffpa") == 1
+    assert any(r["reason"] == REASON_PREFIX + "varlen (padding/packing)" for r in stats.snapshot())
+
+
+def test_full_masked_attention_op_falls_back_to_sdpa_for_other_masks(reference_kernels):
+    from ffpa_patch.kernels import reference
+
+    torch.manual_seed(0)
+    q = torch.randn(1, 4, 16, 64, requires_grad=True)
+    k = torch.randn(1, 1, 16, 64, requires_grad=True)
+    mask = torch.ones(16, 16, dtype=torch.bool).tril()
+    mask[4:9, 4:9] = True  # an image block
+    mask = mask[None, None]
     stats.reset()
-    out = torch.compile(model, backend="eager")(ids, **kw).logits
-    valid = kw["attention_mask"].bool()
-    torch.testing.assert_close(out[valid], ref[valid], atol=5e-5, rtol=1e-4)
-    # stock Gemma4 compiles without breaks; each break here is ffpa_patch's eager region
-    reasons = list(counters["graph_break"])
-    assert reasons and all("_route_eagerly" in r for r in reasons), reasons
-    # inside the graph nothing is counted; the eager region of the full layer counts itself
-    assert stats.total("full", "ffpa") == 1 and stats.total("sliding", "fa4") == 0
+    out = torch.ops.ffpa_patch.full_masked_attention(q, k, k, mask, 0.125)
+    torch.testing.assert_close(out, reference.masked(q, k, k, mask, 0.125), atol=1e-5, rtol=1e-4)
+    out.sum().backward()
+    assert q.grad is not None and k.grad is not None
+    assert stats.total("full", "sdpa") == 1
+    torch.library.opcheck(torch.ops.ffpa_patch.full_masked_attention.default,
+                          (q.detach(), k.detach(), k.detach(), mask, 0.125))

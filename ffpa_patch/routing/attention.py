@@ -14,7 +14,7 @@ import torch
 from .. import kernels, runtime
 from ..kernels import flex
 from . import decide as decide_mod
-from . import announce, masks, stats
+from . import announce, compiled, masks, stats
 from .decide import CP_REASON, EAGER, FFPA, FLEX, CallFacts, Route
 
 
@@ -87,13 +87,16 @@ def route_attention(
     window = (sliding_window or getattr(module, "sliding_window", None)) if is_sliding else None
     layout = None
     if route.fused and torch.compiler.is_compiling():
-        # Reading a mask's structure is data-dependent: a graph break per layer. Inside a
-        # compiled graph sliding layers take FlexAttention with the mask as given; masked
-        # full layers are routed in an eager region (one break per masked full layer).
-        if is_sliding and facts.flex_problem is None and (attention_mask is None or masks.is_bool_4d(attention_mask)):
+        # Reading a mask's structure is data-dependent (a graph break per layer). Inside a
+        # compiled graph sliding layers take FlexAttention with the mask as given, and masked
+        # full layers an opaque custom op that reads the mask at run time (routing/compiled.py).
+        bool_mask = attention_mask is None or masks.is_bool_4d(attention_mask)
+        if is_sliding and facts.flex_problem is None and bool_mask:
             route = Route(FLEX, "torch.compile: FlexAttention with the mask as given")
             layout = None if attention_mask is None else masks.Layout("other", allowed=attention_mask)
-        elif attention_mask is not None:
+        elif not is_sliding and attention_mask is not None and bool_mask and compiled.AVAILABLE:
+            return torch.ops.ffpa_patch.full_masked_attention(query, key, value, attention_mask, scaling), None
+        elif attention_mask is not None:  # e.g. an additive float mask: one graph break
             return _route_eagerly(module, query, key, value, attention_mask, backend=backend, dropout=dropout,
                                   scaling=scaling, sliding_window=sliding_window, softcap=softcap, **kwargs)
     elif route.fused and attention_mask is not None:
@@ -105,7 +108,7 @@ def route_attention(
         mask = flex.block_mask(layout, query.shape[0], facts.q_len, facts.kv_len, window, query.device)
         return active.flex(query, key, value, mask, scaling), None
     if route.fused:
-        return _run_fused(active, route.kernel, query, key, value, scaling, window, layout), None
+        return run_fused(active, route.kernel, query, key, value, scaling, window, layout), None
     if route.kernel == EAGER:
         from transformers.models.gemma4.modeling_gemma4 import eager_attention_forward
 
@@ -136,7 +139,7 @@ def _account(module, backend: str, is_sliding: bool, head_dim: int, route: Route
         )
 
 
-def _run_fused(active, kernel, query, key, value, scale, window, layout):
+def run_fused(active, kernel, query, key, value, scale, window, layout):
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, S, H, D] views
     if layout is None or layout.kind == "dense":
         if kernel == FFPA:
