@@ -7,8 +7,11 @@ flex_attention with NeMo's small tiles, which D=512 needs), sdpa-fixed (only the
 ffpa-flex (the same without flash-attn-4: sliding layers on FlexAttention).
 python benchmarks/e2e.py --seqs 8192 16384 --layers 6 --out benchmarks/results/e2e.json
 Peak memory is reported per phase of the last step (forward, backward, optimizer).
+A second patched model in one process peaks ~5 GiB higher (README, "leak probe"), so
+for memory figures run one backend per process with --append into one --out.
 """
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -149,8 +152,13 @@ def main():
     ap.add_argument("--compile", action="store_true", help="torch.compile(model); graph breaks are reported")
     ap.add_argument("--profile", action="store_true", help="torch.profiler split of one more step")
     ap.add_argument("--out", default="benchmarks/results/e2e.json")
+    ap.add_argument("--append", action="store_true",
+                    help="keep the rows already in --out (one process per backend: a dead model's memory never counts)")
     args = ap.parse_args()
     rows = []
+    if args.append and os.path.exists(args.out):
+        with open(args.out) as f:
+            rows = json.load(f)["rows"]
     for seq in args.seqs:
         for backend in args.backends:
             try:
