@@ -76,3 +76,22 @@ def test_full_masked_attention_op_falls_back_to_sdpa_for_other_masks(reference_k
     assert stats.total("full", "sdpa") == 1
     torch.library.opcheck(torch.ops.ffpa_patch.full_masked_attention.default,
                           (q.detach(), k.detach(), k.detach(), mask, 0.125))
+
+
+@pytest.mark.parametrize("module", ["ffpa", "fa4", "flex"])
+def test_kernel_availability_is_a_constant_to_dynamo(module, recwarn):
+    """The CuTeDSL kernels' availability checks (imports, device queries) run once while
+    tracing and enter the graph as a constant: no break, no traced import, no warning."""
+    import importlib
+
+    from torch._dynamo.testing import CompileCounter
+
+    unsupported = importlib.import_module(f"ffpa_patch.kernels.{module}").unsupported
+    expected = unsupported(torch.device("cpu"), torch.bfloat16, 512)
+    counter = CompileCounter()
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: x + len(unsupported(x.device, x.dtype, 512)), backend=counter, fullgraph=True)
+    out = fn(torch.zeros(2, dtype=torch.bfloat16))
+    assert out.tolist() == [len(expected)] * 2
+    assert counter.frame_count == 1 and counter.op_count == 1  # the reason is folded in: one add
+    assert not [w for w in recwarn if "lru_cache" in str(w.message)]

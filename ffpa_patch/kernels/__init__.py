@@ -12,6 +12,7 @@ itself (Transformers' ``sliding_window``).
 """
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 from typing import Iterator, Protocol
 
@@ -27,6 +28,24 @@ class Kernels(Protocol):
     def sliding_varlen(self, q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int): ...
     def flex_unsupported(self, device, dtype, head_dim: int) -> str | None: ...
     def flex(self, query, key, value, block_mask, scale: float): ...
+
+
+def machine_fact(fn):
+    """Cache ``fn`` (a question about the machine: device, dtype, head_dim -> reason or None)
+    and make it a constant to Dynamo, which calls it once while tracing instead of tracing
+    its imports. The marker sits on a plain function around the cache: Dynamo unwraps
+    ``lru_cache`` itself, with a warning."""
+    import torch
+
+    cached = functools.lru_cache(maxsize=64)(fn)
+
+    @torch.compiler.assume_constant_result
+    @functools.wraps(fn)
+    def fact(*args):
+        return cached(*args)
+
+    fact.cache_clear = cached.cache_clear
+    return fact
 
 
 _active: Kernels | None = None

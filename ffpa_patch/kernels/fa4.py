@@ -9,6 +9,8 @@ import functools
 
 import torch
 
+from . import machine_fact
+
 
 @functools.lru_cache(maxsize=1)
 def import_error() -> str | None:
@@ -19,8 +21,7 @@ def import_error() -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=64)
-@torch.compiler.assume_constant_result  # a fact of the machine: Dynamo must not trace the imports
+@machine_fact
 def unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
     if device.type != "cuda":
         return f"device {device.type} (flash-attn-4 needs CUDA)"

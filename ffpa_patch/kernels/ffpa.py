@@ -14,6 +14,8 @@ import functools
 
 import torch
 
+from . import machine_fact
+
 
 @functools.lru_cache(maxsize=1)
 def import_error() -> str | None:
@@ -25,8 +27,7 @@ def import_error() -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=64)
-@torch.compiler.assume_constant_result  # a fact of the machine: Dynamo must not trace the imports
+@machine_fact
 def unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
     """Why the FFPA kernels cannot take this call, or None (sm90: 320 <= D <= 512; sm100: D = 512)."""
     if device.type != "cuda":

@@ -14,6 +14,8 @@ import functools
 
 import torch
 
+from . import machine_fact
+
 # Default flex tiles overflow shared memory above head_dim 256 on Hopper
 # (NeMo-Automodel #3064); NeMo's small-tile options, forward and backward.
 SMALL_TILES = {
@@ -31,8 +33,7 @@ def import_error() -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=64)
-@torch.compiler.assume_constant_result  # a fact of the machine: Dynamo must not trace the imports
+@machine_fact
 def unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
     if device.type != "cuda":
         return f"device {device.type} (fused FlexAttention needs CUDA; on CPU it has no backward)"
