@@ -4,6 +4,8 @@ Reading a mask's structure is data-dependent, so inside a graph sliding layers t
 FlexAttention with the mask as given and masked full layers an opaque custom op
 (ffpa_patch/routing/compiled.py) that reads the mask at run time: no graph breaks.
 """
+import shutil
+
 import pytest
 import torch
 
@@ -95,3 +97,41 @@ def test_kernel_availability_is_a_constant_to_dynamo(module, recwarn):
     assert out.tolist() == [len(expected)] * 2
     assert counter.frame_count == 1 and counter.op_count == 1  # the reason is folded in: one add
     assert not [w for w in recwarn if "lru_cache" in str(w.message)]
+
+
+class _RealFlexOnCPU:
+    """The reference kernels, except that sliding layers run torch's real flex_attention
+    (which Inductor can compile for CPU, forward only)."""
+
+    def __new__(cls):
+        from ffpa_patch.kernels import flex
+        from ffpa_patch.kernels.reference import ReferenceKernels
+
+        kernels = ReferenceKernels(fa4=False)
+        kernels.flex_unsupported = lambda *args: None
+        kernels.flex = flex.attention
+        return kernels
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="Inductor on CPU needs a C++ compiler")
+@pytest.mark.parametrize("kind", ["left_pad", "packed"])
+def test_inductor_lowers_flex_over_the_mask_transformers_built(kind, patched):
+    """Inductor's flex lowering needs the mask it reads to be a real buffer; the mask
+    Transformers computes in the graph is not one until ffpa_patch::materialize copies it."""
+    from torch._dynamo.utils import counters
+
+    from ffpa_patch.kernels import use
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny.causal_lm("dense31b", attn="ffpa")
+    ids, kw = _inputs(kind)
+    valid = kw.get("attention_mask", torch.ones_like(ids)).bool()
+    with use(_RealFlexOnCPU()), torch.no_grad():
+        eager = model(ids, **kw).logits
+        stats.reset()
+        compiled = torch.compile(model)(ids, **kw).logits
+    assert dict(counters["graph_break"]) == {}
+    torch.testing.assert_close(compiled[valid], eager[valid], atol=1e-4, rtol=1e-4)
+    assert stats.total("full", "ffpa") == 1

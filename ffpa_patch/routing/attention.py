@@ -93,7 +93,8 @@ def route_attention(
         bool_mask = attention_mask is None or masks.is_bool_4d(attention_mask)
         if is_sliding and facts.flex_problem is None and bool_mask:
             route = Route(FLEX, "torch.compile: FlexAttention with the mask as given")
-            layout = None if attention_mask is None else masks.Layout("other", allowed=attention_mask)
+            layout = None if attention_mask is None else masks.Layout(
+                "other", allowed=torch.ops.ffpa_patch.materialize(attention_mask))
         elif not is_sliding and attention_mask is not None and bool_mask and compiled.AVAILABLE:
             return torch.ops.ffpa_patch.full_masked_attention(query, key, value, attention_mask, scaling), None
         elif attention_mask is not None:  # e.g. an additive float mask: one graph break

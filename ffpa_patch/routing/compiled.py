@@ -91,3 +91,17 @@ def _backward(ctx, grad):
 
 
 full_masked_attention.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op("ffpa_patch::materialize", mutates_args=())
+def materialize(mask: torch.Tensor) -> torch.Tensor:
+    """A copy Inductor cannot fuse away. FlexAttention's lowering needs the tensors its
+    mask function reads to be real buffers, and a mask computed in the graph (Transformers'
+    ``sdpa_mask``) is otherwise a pointwise expression ("All the buffers in the score and
+    mask subgraph should be in kernel_group.args.input_buffers")."""
+    return mask.clone()
+
+
+@materialize.register_fake
+def _(mask):
+    return torch.empty_like(mask)
