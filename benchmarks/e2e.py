@@ -159,6 +159,7 @@ def main():
     if args.append and os.path.exists(args.out):
         with open(args.out) as f:
             rows = json.load(f)["rows"]
+    patched_before = 0  # in this process: a dead patched model still holds ~5 GiB (README)
     for seq in args.seqs:
         for backend in args.backends:
             try:
@@ -169,6 +170,8 @@ def main():
                 rows.append(dict(backend=backend, seq=seq, error=f"{type(exc).__name__}: {exc}"[:300]))
             torch.cuda.empty_cache()
             r = rows[-1]
+            r["patched_before_in_process"] = patched_before
+            patched_before += "error" not in r and not backend.endswith("-stock")
             print({k: v for k, v in r.items() if k not in ("routes", "losses", "profile")}, flush=True)
             write(args.out, {"env": env_info(), "args": vars(args), "rows": rows})  # after each row: a timeout keeps what ran
 

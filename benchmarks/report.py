@@ -25,7 +25,7 @@ def mark_order(data):
     """Flag rows that ran after a patched model in the same process: ~5.5 GiB more peak (README)."""
     patched_before = 0
     for r in data["rows"]:
-        r["_after_patched"] = patched_before > 0
+        r["_after_patched"] = r.get("patched_before_in_process", patched_before) > 0  # recorded since --append
         patched_before += "error" not in r and not r["backend"].endswith("-stock")
     return data
 
@@ -59,7 +59,7 @@ def profile_table(data):
     return "\n".join(lines)
 
 
-def plot(data, path):
+def plot(data, path, title):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -67,7 +67,7 @@ def plot(data, path):
 
     rows = [r for r in data["rows"] if "error" not in r]
     seqs = sorted({r["seq"] for r in rows})
-    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    backends = sorted(dict.fromkeys(r["backend"] for r in rows), key=lambda b: not b.endswith("-stock"))  # stock first
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     width = 0.8 / len(backends)
     for i, b in enumerate(backends):
@@ -78,12 +78,12 @@ def plot(data, path):
         for bar, s in zip(bars, seqs):
             if s in vals and vals[s].get("_after_patched"):
                 bar.set_hatch("//")
-    for ax, title in zip(axes, ("tokens/s (higher is better)", "peak GiB (hatched: 2nd patched model)")):
+    for ax, panel in zip(axes, ("tokens/s (higher is better)", "peak GiB (hatched: 2nd patched model)")):
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(seqs))], [str(s) for s in seqs])
         ax.set_xlabel("sequence length")
-        ax.set_title(title)
-    axes[0].legend(fontsize=8)
-    fig.suptitle("Gemma4 31B-shaped 6-layer slice, one training step, H200")
+        ax.set_title(panel)
+    axes[0].legend(fontsize=8, loc="lower left")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -93,7 +93,8 @@ def main():
     k = load(folder, "kernel.json")
     if k:
         print("### Kernel (one full layer)\n\n" + kernel_table(k) + "\n")
-    names = ("e2e_8k.json", "e2e_16k.json", "e2e_order.json", "e2e_loss20.json", "e2e_padded.json",
+    names = ("e2e_noopt_4k.json", "e2e_noopt_8k.json", "e2e_noopt_16k.json", "e2e_packed.json", "e2e_compile.json",
+             "e2e_8k.json", "e2e_16k.json", "e2e_order.json", "e2e_loss20.json", "e2e_padded.json",
              "e2e_ckpt_plain.json", "e2e_ckpt_selective.json", "e2e_t512.json")
     for name in names:
         e = load(folder, name)
@@ -101,9 +102,12 @@ def main():
             print(f"### {name}\n\n" + e2e_table(e) + "\n")
             if any("profile" in r for r in e["rows"]):
                 print(f"### {name}: profile split\n\n" + profile_table(e) + "\n")
-    main_rows = [r for n in ("e2e_8k.json", "e2e_16k.json") if load(folder, n) for r in mark_order(load(folder, n))["rows"]]
-    if main_rows:
-        plot({"rows": main_rows}, os.path.join(folder, "e2e.png"))
+    for files, png, what in ((("e2e_noopt_4k.json", "e2e_noopt_8k.json", "e2e_noopt_16k.json"), "e2e_noopt.png",
+                              "forward+backward"),
+                             (("e2e_8k.json", "e2e_16k.json"), "e2e.png", "forward+backward+AdamW")):
+        rows = [r for n in files if load(folder, n) for r in mark_order(load(folder, n))["rows"]]
+        if rows:
+            plot({"rows": rows}, os.path.join(folder, png), f"Gemma4 31B-shaped 6-layer slice, {what}, H200")
 
 
 if __name__ == "__main__":
