@@ -136,3 +136,32 @@ def test_inductor_lowers_flex_over_the_mask_transformers_built(patched):
     assert dict(counters["graph_break"]) == {}
     torch.testing.assert_close(compiled[valid], eager[valid], atol=1e-4, rtol=1e-4)
     assert stats.total("full", "ffpa") == 1
+
+
+def test_additive_float_mask_in_a_graph_runs_the_eager_route(patched, reference_kernels):
+    """A float mask cannot go to the ops (they take bool masks): the call leaves the graph
+    (one break) and routes as in eager mode, padding read from the mask -> FFPA varlen."""
+    from torch._dynamo.testing import CompileCounter
+
+    from ffpa_patch.routing.attention import route_attention
+
+    model = tiny.causal_lm("dense31b", attn="eager")
+    attn = next(l.self_attn for l in model.model.layers if not l.self_attn.is_sliding)
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 4, 16, 512), torch.randn(2, 1, 16, 512)
+    allowed = torch.ones(16, 16, dtype=torch.bool).tril().expand(2, 1, 16, 16).clone()
+    allowed[0, :, :, :5] = False  # left padding in row 0
+    allowed[0, :, :5, :5] = torch.eye(5, dtype=torch.bool)  # padding rows see themselves only
+    additive = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+
+    def call(q, k, mask):
+        return route_attention(attn, q, k, k, mask, backend="ffpa", scaling=1.0)[0]
+
+    eager = call(q, k, additive)
+    stats.reset()
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(call, backend=counter)(q, k, additive)
+    torch.testing.assert_close(compiled, eager)
+    assert stats.total("full", "ffpa") == 1
+    assert any(r["reason"] == "varlen (padding/packing)" for r in stats.snapshot())
