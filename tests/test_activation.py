@@ -92,7 +92,7 @@ def test_first_forward_prints_one_summary_line_per_model():
     env.pop("FFPA_PATCH_DISABLE", None)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     lines = [l for l in proc.stderr.splitlines() if l.startswith("ffpa_patch: Gemma4 model")]
-    assert lines == ["ffpa_patch: Gemma4 model (ffpa): 1 full -> ffpa (dense causal); 5 sliding -> fa4 (dense causal (mask is plain causal))"], proc.stderr
+    assert lines == ["ffpa_patch: Gemma4 model (ffpa): 1 full -> ffpa (dense causal); 5 sliding -> fa4 (dense causal)"], proc.stderr
 
 
 def test_status_config_shows_the_route_of_each_layer_type(tmp_path):

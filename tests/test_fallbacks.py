@@ -79,6 +79,23 @@ def test_softcap_goes_to_eager_with_softcap(patched, reference_kernels):
     assert any("softcap" in r for r in {x["reason"] for x in stats.snapshot()})
 
 
+def test_sliding_layer_without_a_mask_falls_back_with_its_window(patched, reference_kernels):
+    # the "ffpa" mask function leaves a plain sliding window to the kernels; a fallback must build it
+    model = tiny.causal_lm("dense31b", attn="eager")
+    attn = next(l.self_attn for l in model.model.layers if l.self_attn.is_sliding)
+    window = attn.sliding_window
+    q, k = torch.randn(1, 4, 2 * window, 32), torch.randn(1, 2, 2 * window, 32)
+    out, _ = route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0, sliding_window=window, softcap=5.0)
+    from transformers.models.gemma4.modeling_gemma4 import eager_attention_forward
+
+    i, j = torch.arange(2 * window)[:, None], torch.arange(2 * window)[None, :]
+    allowed = (j <= i) & (i - j < window)
+    additive = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    ref, _ = eager_attention_forward(attn, q, k, k, additive[None, None], scaling=1.0, softcap=5.0)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
+    assert reasons("sliding") == {"attention softcap (no fused kernel here supports it)"}
+
+
 def test_bidirectional_module_is_not_sent_to_causal_kernels(patched, reference_kernels):
     model = tiny.causal_lm("dense31b", attn="eager")
     attn = full_attention_module(model)

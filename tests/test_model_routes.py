@@ -165,3 +165,54 @@ def test_padded_batch_under_inference_mode(patched, reference_kernels):
     torch.testing.assert_close(out[valid], ref[valid], atol=5e-5, rtol=1e-4)
     torch.testing.assert_close(again, out)
     assert stats.total("full", "ffpa") == 2
+
+
+def sliding_reasons():
+    return {r["reason"] for r in stats.snapshot() if r["layer"] == "sliding"}
+
+
+@pytest.mark.parametrize("kind, reason", [
+    ("no_mask", "dense causal"),  # the S x S sliding mask is never built
+    ("all_ones", "dense causal"),  # a tokenizer's attention_mask without padding: the same
+    ("left_pad", "varlen (padding/packing)"),
+    ("packed", "varlen (padding/packing)"),
+])
+def test_ffpa_mask_leaves_only_a_plain_sliding_window_to_the_kernels(kind, reason, patched, reference_kernels):
+    ids, kw, valid = batch("text" if kind in ("no_mask", "all_ones") else kind)
+    if kind == "all_ones":
+        kw["attention_mask"] = torch.ones_like(ids)
+    model = check_against_eager("dense31b", None, "ffpa", inputs=(ids, kw, valid))
+    assert S > model.config.sliding_window  # the window matters in this batch
+    assert sliding_reasons() == {reason}
+
+
+def mask_kwargs(config, **overrides):
+    from transformers.masking_utils import sliding_window_causal_mask_function
+
+    kw = dict(batch_size=1, q_length=S, kv_length=S, q_offset=0, kv_offset=0, attention_mask=None,
+              mask_function=sliding_window_causal_mask_function(config.sliding_window), allow_is_causal_skip=True,
+              local_size=config.sliding_window, config=config, use_vmap=False, device="cpu")
+    kw.update(overrides)
+    return kw
+
+
+def test_ffpa_mask_builds_every_other_local_mask():
+    from transformers.masking_utils import sdpa_mask
+
+    from ffpa_patch.patches.attention_backend import ffpa_mask
+
+    config = tiny.text_config("dense31b")
+    assert ffpa_mask(**mask_kwargs(config)) is None
+    padded = torch.ones(1, S, dtype=torch.bool)
+    padded[0, :3] = False
+    others = {
+        "padding": mask_kwargs(config, attention_mask=padded),
+        "short padding mask": mask_kwargs(config, attention_mask=torch.ones(1, S - 1, dtype=torch.bool)),
+        "image blocks or packing": mask_kwargs(config, allow_is_causal_skip=False),
+        "another local size (chunked attention)": mask_kwargs(config, local_size=4),
+        "offset": mask_kwargs(config, kv_offset=2),
+    }
+    for what, kw in others.items():
+        built = ffpa_mask(**kw)
+        assert built is not None, what
+        torch.testing.assert_close(built, sdpa_mask(**kw), msg=what)

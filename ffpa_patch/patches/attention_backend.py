@@ -3,9 +3,13 @@
 Both registries are written through their class-level mapping (what
 ``register`` does): an attention name missing from the mask registry would get
 ``mask=None`` on every layer, silently dropping padding and the sliding window.
-The mask function is Transformers' own ``sdpa_mask``, except that it never
-skips the mask when q_len != kv_len, so a missing mask always means aligned
-(bottom-right) causal attention, which is what the kernels compute.
+The mask function is Transformers' own ``sdpa_mask``, except that
+- it never skips the mask when q_len != kv_len, so a missing mask always means
+  aligned (bottom-right) causal attention, which is what the kernels compute;
+- it skips the sliding layers' mask when it would be plain sliding-window causal
+  (no padding, packing or image blocks): the kernels take the window from the
+  module, and ``route_attention`` builds the mask for a fallback that needs it.
+  At 8k that S x S mask is 64 MiB, built and then read back every forward.
 """
 from __future__ import annotations
 
@@ -27,9 +31,40 @@ def ffpa_mask(*args, **kwargs):
     # the submodule, not ``from transformers import ...``: Dynamo breaks the graph on lazy-module imports
     from transformers.masking_utils import sdpa_mask
 
-    if not args and kwargs.get("q_length") != kwargs.get("kv_length"):
-        kwargs["allow_is_causal_skip"] = False
+    if not args:
+        if kwargs.get("q_length") != kwargs.get("kv_length"):
+            kwargs["allow_is_causal_skip"] = False
+        elif plain_sliding_window(kwargs):
+            return None
     return sdpa_mask(*args, **kwargs)
+
+
+def plain_sliding_window(kw: dict) -> bool:
+    """The mask asked for is the config's sliding window over one unpadded sequence per row.
+
+    Transformers clears ``allow_is_causal_skip`` when it adds packing or image
+    blocks; a ``local_size`` other than ``config.sliding_window`` is another mask
+    (chunked attention); a padding mask counts only if it has a padded position.
+    """
+    window = kw.get("local_size")
+    if window is None or not kw.get("allow_is_causal_skip", True):
+        return False
+    if window != getattr(kw.get("config"), "sliding_window", None):
+        return False
+    if any(not isinstance(kw.get(k, 0), int) or kw.get(k, 0) for k in ("q_offset", "kv_offset")):
+        return False
+    padding, kv_length = kw.get("attention_mask"), kw.get("kv_length")
+    if padding is None:
+        return True
+    if torch_compiling() or padding.shape[-1] < kv_length:
+        return False  # reading the values would break the graph; a short mask pads with "padding"
+    return bool(padding[:, :kv_length].all())
+
+
+def torch_compiling() -> bool:
+    import torch
+
+    return torch.compiler.is_compiling()
 
 
 class FFPABackend(Patch):

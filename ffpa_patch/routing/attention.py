@@ -104,6 +104,9 @@ def route_attention(
         layout = masks.analyse(attention_mask, query.shape[0], window)
         route = decide_mod.refine(route, layout.kind, facts.flex_ok and layout.allowed is not None)
     _account(module, backend, is_sliding, head_dim, route)
+    if not route.fused and attention_mask is None and window is not None and facts.kv_len > window:
+        # the "ffpa" mask function left a plain sliding window to the kernels (patches/attention_backend.py)
+        attention_mask = masks.causal(facts.q_len, facts.kv_len, query.device, window)
 
     if route.kernel == FLEX:
         mask = flex.block_mask(layout, query.shape[0], facts.q_len, facts.kv_len, window, query.device)

@@ -94,10 +94,15 @@ def is_bool_4d(mask: torch.Tensor) -> bool:
     return mask.dtype == torch.bool and mask.dim() == 4
 
 
-def causal(q_len: int, kv_len: int, device) -> torch.Tensor:
-    """Bottom-right aligned causal "may attend" mask ``[1, 1, q_len, kv_len]`` (what a missing mask means)."""
+def causal(q_len: int, kv_len: int, device, window: int | None = None) -> torch.Tensor:
+    """Bottom-right aligned causal "may attend" mask ``[1, 1, q_len, kv_len]`` (what a missing
+    mask means); a window W lets a query see itself and W-1 keys before it."""
     i = torch.arange(q_len, device=device)[:, None] + (kv_len - q_len)
-    return (torch.arange(kv_len, device=device)[None, :] <= i)[None, None]
+    j = torch.arange(kv_len, device=device)[None, :]
+    allowed = j <= i
+    if window is not None:
+        allowed &= i - j < window
+    return allowed[None, None]
 
 
 def to_additive(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
