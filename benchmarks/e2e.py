@@ -151,10 +151,16 @@ def main():
     ap.add_argument("--no-optimizer", action="store_true", help="forward+backward only (as the prototype in FACTS.md)")
     ap.add_argument("--compile", action="store_true", help="torch.compile(model); graph breaks are reported")
     ap.add_argument("--profile", action="store_true", help="torch.profiler split of one more step")
+    ap.add_argument("--build-sliding-mask", action="store_true",
+                    help="A/B: the ffpa mask function builds the plain S x S sliding mask, as before it learnt to skip it")
     ap.add_argument("--out", default="benchmarks/results/e2e.json")
     ap.add_argument("--append", action="store_true",
                     help="keep the rows already in --out (one process per backend: a dead model's memory never counts)")
     args = ap.parse_args()
+    if args.build_sliding_mask:
+        from ffpa_patch.patches import attention_backend
+
+        attention_backend.plain_sliding_window = lambda kwargs: False
     rows = []
     if args.append and os.path.exists(args.out):
         with open(args.out) as f:
@@ -171,6 +177,7 @@ def main():
             torch.cuda.empty_cache()
             r = rows[-1]
             r["patched_before_in_process"] = patched_before
+            r["sliding_mask_built"] = args.build_sliding_mask
             patched_before += "error" not in r and not backend.endswith("-stock")
             print({k: v for k, v in r.items() if k not in ("routes", "losses", "profile")}, flush=True)
             write(args.out, {"env": env_info(), "args": vars(args), "rows": rows})  # after each row: a timeout keeps what ran
