@@ -7,8 +7,8 @@ flex_attention with NeMo's small tiles, which D=512 needs), sdpa-fixed (only the
 ffpa-flex (the same without flash-attn-4: sliding layers on FlexAttention).
 python benchmarks/e2e.py --seqs 8192 16384 --layers 6 --out benchmarks/results/e2e.json
 Peak memory is reported per phase of the last step (forward, backward, optimizer).
-A second patched model in one process peaks ~5 GiB higher (README, "leak probe"), so
-for memory figures run one backend per process with --append into one --out.
+Before the kernel-import fix a second patched model in one process peaked ~5 GiB higher
+(README, "The leak"); the committed tables run one backend per process (--append).
 """
 import argparse
 import json
@@ -165,7 +165,7 @@ def main():
     if args.append and os.path.exists(args.out):
         with open(args.out) as f:
             rows = json.load(f)["rows"]
-    patched_before = 0  # in this process: a dead patched model still holds ~5 GiB (README)
+    patched_before = 0  # in this process (rows from before the leak fix: a dead patched model held ~5 GiB)
     for seq in args.seqs:
         for backend in args.backends:
             try:
@@ -178,6 +178,7 @@ def main():
             r = rows[-1]
             r["patched_before_in_process"] = patched_before
             r["sliding_mask_built"] = args.build_sliding_mask
+            r["dead_models_freed"] = True  # kernels imported on a helper thread (the leak fix)
             patched_before += "error" not in r and not backend.endswith("-stock")
             print({k: v for k, v in r.items() if k not in ("routes", "losses", "profile")}, flush=True)
             write(args.out, {"env": env_info(), "args": vars(args), "rows": rows})  # after each row: a timeout keeps what ran

@@ -48,6 +48,35 @@ def machine_fact(fn):
     return fact
 
 
+def import_problem(module: str, package: str, attr: str | None = None) -> str | None:
+    """Import ``module`` on a helper thread: None when it imports (and has ``attr``), else why not.
+
+    The thread is a leak fix. CuTeDSL's decorators keep the frame that defines
+    them, and a finished frame keeps its ``f_back`` chain alive: imported from a
+    model's first forward, that chain reached the forward's frames and held the
+    whole model for the rest of the process (6.1 GiB after a 4k run of the
+    31B-shaped slice, found with benchmarks/leak_probe.py). A thread's stack
+    starts at its own bootstrap, so nothing of the caller's is reachable.
+    """
+    import importlib
+    import threading
+
+    failure: list[str] = []
+
+    def load():
+        try:
+            loaded = importlib.import_module(module)
+            if attr is not None:
+                getattr(loaded, attr)
+        except Exception as exc:  # ImportError, or a broken CuTeDSL stack
+            failure.append(f"{package} not importable ({type(exc).__name__}: {exc})")
+
+    thread = threading.Thread(target=load, name=f"ffpa_patch import {module}", daemon=True)
+    thread.start()
+    thread.join()
+    return failure[0] if failure else None
+
+
 _active: Kernels | None = None
 
 

@@ -9,16 +9,12 @@ import functools
 
 import torch
 
-from . import machine_fact
+from . import import_problem, machine_fact
 
 
 @functools.lru_cache(maxsize=1)
 def import_error() -> str | None:
-    try:
-        from flash_attn.cute import flash_attn_func  # noqa: F401
-    except Exception as exc:
-        return f"flash-attn-4 not importable ({type(exc).__name__}: {exc})"
-    return None
+    return import_problem("flash_attn.cute", "flash-attn-4", attr="flash_attn_func")
 
 
 @machine_fact

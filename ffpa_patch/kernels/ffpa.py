@@ -14,17 +14,13 @@ import functools
 
 import torch
 
-from . import machine_fact
+from . import import_problem, machine_fact
 
 
 @functools.lru_cache(maxsize=1)
 def import_error() -> str | None:
-    """None when ffpa-attn's CuTeDSL ops are importable, else why not."""
-    try:
-        import ffpa_attn.cute  # noqa: F401  (registers torch.ops.ffpa_attn.*)
-    except Exception as exc:  # ImportError, or a broken CuTeDSL stack
-        return f"ffpa-attn not importable ({type(exc).__name__}: {exc})"
-    return None
+    """None when ffpa-attn's CuTeDSL ops are importable (the import registers torch.ops.ffpa_attn.*), else why not."""
+    return import_problem("ffpa_attn.cute", "ffpa-attn")
 
 
 @machine_fact

@@ -14,7 +14,7 @@ import functools
 
 import torch
 
-from . import machine_fact
+from . import import_problem, machine_fact
 
 # Default flex tiles overflow shared memory above head_dim 256 on Hopper
 # (NeMo-Automodel #3064); NeMo's small-tile options, forward and backward.
@@ -26,11 +26,7 @@ SMALL_TILES = {
 
 @functools.lru_cache(maxsize=1)
 def import_error() -> str | None:
-    try:
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: F401
-    except Exception as exc:
-        return f"FlexAttention not importable ({type(exc).__name__}: {exc})"
-    return None
+    return import_problem("torch.nn.attention.flex_attention", "FlexAttention", attr="flex_attention")
 
 
 @machine_fact
