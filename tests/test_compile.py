@@ -61,6 +61,35 @@ def test_compiled_model_has_no_graph_breaks_and_matches_eager(kind, patched):
     assert any(r["reason"] == REASON_PREFIX + "varlen (padding/packing)" for r in stats.snapshot())
 
 
+def test_sliding_layer_without_a_mask_keeps_its_window_in_a_graph(patched):
+    # The "ffpa" mask function hands an unpadded batch's sliding layers no mask (while
+    # compiling, Transformers on torch < 2.14 still builds one; newer torch may skip it).
+    # Inside a graph the window must then come from the module: checked against eager
+    # attention with the window as a mask.
+    from transformers.models.gemma4.modeling_gemma4 import eager_attention_forward
+
+    from ffpa_patch.kernels import use
+    from ffpa_patch.kernels.reference import ReferenceKernels
+    from ffpa_patch.routing.attention import route_attention
+
+    model = tiny.causal_lm("dense31b", attn="eager")
+    attn = next(l.self_attn for l in model.model.layers if l.self_attn.is_sliding)
+    window, n = attn.sliding_window, 3 * attn.sliding_window
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 4, n, 32), torch.randn(1, 2, n, 32)
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    additive = torch.zeros(n, n).masked_fill(~((j <= i) & (i - j < window)), torch.finfo(torch.float32).min)
+    ref, _ = eager_attention_forward(attn, q, k, k, additive[None, None], scaling=1.0)
+
+    def call(q, k):
+        return route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0, sliding_window=window)[0]
+
+    torch._dynamo.reset()
+    with use(ReferenceKernels(fa4=False)):
+        out = torch.compile(call, backend="aot_eager", fullgraph=True)(q, k)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
+
+
 def test_full_masked_attention_op_falls_back_to_sdpa_for_other_masks(reference_kernels):
     from ffpa_patch.kernels import reference
 

@@ -56,15 +56,11 @@ def plain_sliding_window(kw: dict) -> bool:
     padding, kv_length = kw.get("attention_mask"), kw.get("kv_length")
     if padding is None:
         return True
-    if torch_compiling() or padding.shape[-1] < kv_length:
-        return False  # reading the values would break the graph; a short mask pads with "padding"
-    return bool(padding[:, :kv_length].all())
-
-
-def torch_compiling() -> bool:
     import torch
 
-    return torch.compiler.is_compiling()
+    if torch.compiler.is_compiling() or padding.shape[-1] < kv_length:
+        return False  # reading the values would break the graph; a short mask pads with "padding"
+    return bool(padding[:, :kv_length].all())
 
 
 class FFPABackend(Patch):
