@@ -7,6 +7,8 @@ one (what keeps the dead model alive). On the H200 before the fix: 6.1 GiB, the 
 weights, held by the first forward's frames through CuTeDSL's import (README, "The leak");
 after it 0.06 GiB.
 """
+from __future__ import annotations
+
 import argparse
 import gc
 import os
@@ -38,6 +40,14 @@ def describe(obj) -> str:
     return type(obj).__module__ + "." + type(obj).__qualname__
 
 
+def storage_bytes(t: torch.Tensor) -> int | None:
+    """Bytes of ``t``'s storage; None for tensors without one (functorch's batched tensors, left by flex's vmap)."""
+    try:
+        return t.untyped_storage().nbytes()
+    except (NotImplementedError, RuntimeError):
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", default="sdpa-dropin", choices=list(e2e.ATTN))
@@ -47,11 +57,11 @@ def main():
     gc.collect()
     torch.cuda.synchronize()
     print("allocated after the run: %.2f GiB" % (torch.cuda.memory_allocated() / 2**30))
-    live = sorted((o for o in gc.get_objects() if type(o) in (torch.Tensor, torch.nn.Parameter) and o.is_cuda),
-                  key=lambda t: -t.untyped_storage().nbytes())  # (functorch's batched tensors have no storage)
+    live = sorted((o for o in gc.get_objects() if type(o) in (torch.Tensor, torch.nn.Parameter) and o.is_cuda
+                   and storage_bytes(o) is not None), key=lambda t: -storage_bytes(t))
     for t in live[:8]:
         owners = [type(r).__name__ for r in gc.get_referrers(t)[:4]]
-        print(tuple(t.shape), t.dtype, t.untyped_storage().nbytes() >> 20, "MiB, referrers:", owners)
+        print(tuple(t.shape), t.dtype, storage_bytes(t) >> 20, "MiB, referrers:", owners)
     if not live:
         return
     try:
