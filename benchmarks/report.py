@@ -60,6 +60,16 @@ def profile_table(data):
     return "\n".join(lines)
 
 
+def clocks_table(folder):
+    """Median SM clock and power while the GPU was busy, one row per gpu_clocks.py summary."""
+    lines = ["| run | busy samples | SM MHz (median) | power W (median) | power limit W |", "|---|---|---|---|---|"]
+    for name in sorted(n for n in os.listdir(folder) if n.endswith(".json")):
+        d = json.load(open(os.path.join(folder, name)))
+        med = lambda k: d.get(k, {}).get("median", float("nan"))  # noqa: E731
+        lines.append(f"| {name[:-5]} | {d['busy_samples']} | {med('clocks.sm'):.0f} | {med('power.draw'):.0f} | {med('power.limit'):.0f} |")
+    return "\n".join(lines)
+
+
 def plot(data, path, title):
     import matplotlib
 
@@ -94,15 +104,21 @@ def main():
     k = load(folder, "kernel.json")
     if k:
         print("### Kernel (one full layer)\n\n" + kernel_table(k) + "\n")
-    names = ("e2e_noopt_4k.json", "e2e_noopt_8k.json", "e2e_noopt_16k.json", "e2e_packed.json", "e2e_compile.json",
-             "e2e_8k.json", "e2e_16k.json", "e2e_order.json", "e2e_loss20.json", "e2e_padded.json",
-             "e2e_ckpt_plain.json", "e2e_ckpt_selective.json", "e2e_t512.json")
+    names = ("e2e_noopt_4k.json", "e2e_noopt_8k.json", "e2e_noopt_16k.json", "e2e_ab_sliding_mask_8k.json",
+             "e2e_ab_sliding_mask_16k.json", "e2e_after_leak_fix_8k.json", "e2e_import_main_thread_8k.json",
+             "e2e_import_helper_thread_8k.json", "e2e_clocks_8k.json", "e2e_packed.json", "e2e_compile.json",
+             "e2e_compile_after_mask_skip.json", "e2e_8k.json", "e2e_16k.json", "e2e_order.json",
+             "e2e_order_after_fix.json", "e2e_loss20.json", "e2e_padded.json", "e2e_ckpt_plain.json",
+             "e2e_ckpt_selective.json", "e2e_t512.json")
     for name in names:
         e = load(folder, name)
         if e:
             print(f"### {name}\n\n" + e2e_table(e) + "\n")
             if any("profile" in r for r in e["rows"]):
                 print(f"### {name}: profile split\n\n" + profile_table(e) + "\n")
+    for sub in ("clocks_8k", "clocks_adamw_8k"):
+        if os.path.isdir(os.path.join(folder, sub)):
+            print(f"### {sub}/ (gpu_clocks.py, busy samples)\n\n" + clocks_table(os.path.join(folder, sub)) + "\n")
     for files, png, what in ((("e2e_noopt_4k.json", "e2e_noopt_8k.json", "e2e_noopt_16k.json"), "e2e_noopt.png",
                               "forward+backward"),
                              (("e2e_8k.json", "e2e_16k.json"), "e2e.png", "forward+backward+AdamW")):

@@ -4,8 +4,8 @@ Gemma4's attention looks its function up on every call in the module-level
 ``ALL_ATTENTION_FUNCTIONS``. Transformers' documented way for one model file to
 override an entry is an ``AttentionInterface`` instance of its own with a local
 mapping; we give ``modeling_gemma4`` exactly that, with a local "sdpa" that
-routes ``Gemma4TextAttention`` calls (full layers to FFPA, sliding layers stay
-on SDPA) and passes every other module (vision, audio) to the global "sdpa".
+routes ``Gemma4TextAttention`` calls (full layers to FFPA, sliding layers to
+flash-attn-4 where installed, else SDPA) and passes every other module (vision, audio) to the global "sdpa".
 No other model, and no Gemma4 model on another backend, is touched.
 """
 from __future__ import annotations
