@@ -107,7 +107,7 @@ def main():
     names = ("e2e_noopt_4k.json", "e2e_noopt_8k.json", "e2e_noopt_16k.json", "e2e_ab_sliding_mask_8k.json",
              "e2e_ab_sliding_mask_16k.json", "e2e_after_leak_fix_8k.json", "e2e_import_main_thread_8k.json",
              "e2e_import_helper_thread_8k.json", "e2e_clocks_8k.json", "e2e_packed.json", "e2e_compile.json",
-             "e2e_compile_after_mask_skip.json", "e2e_8k.json", "e2e_16k.json", "e2e_order.json",
+             "e2e_compile_after_mask_skip.json", "e2e_compile_fa4_op_uncached.json", "e2e_compile_fa4_op.json", "e2e_8k.json", "e2e_16k.json", "e2e_order.json",
              "e2e_order_after_fix.json", "e2e_loss20.json", "e2e_padded.json", "e2e_ckpt_plain.json",
              "e2e_ckpt_selective.json", "e2e_t512.json")
     for name in names:

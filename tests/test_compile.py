@@ -1,8 +1,9 @@
 """torch.compile over a patched model (Dynamo + AOTAutograd on CPU; inductor is a gpu test).
 
-Reading a mask's structure is data-dependent, so inside a graph sliding layers take
-FlexAttention with the mask as given and masked full layers an opaque custom op
-(ffpa_patch/routing/compiled.py) that reads the mask at run time: no graph breaks.
+Reading a mask's structure is data-dependent, so inside a graph masked full layers and
+flash-attn-4 sliding layers run an opaque custom op (ffpa_patch/routing/compiled.py)
+that reads the mask at run time, and sliding layers without flash-attn-4 take
+FlexAttention with the mask as given: no graph breaks.
 """
 import shutil
 
@@ -90,7 +91,7 @@ def test_sliding_layer_without_a_mask_keeps_its_window_in_a_graph(patched):
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
 
 
-def test_full_masked_attention_op_falls_back_to_sdpa_for_other_masks(reference_kernels):
+def test_fused_attention_op_falls_back_to_sdpa_for_other_masks(reference_kernels):
     from ffpa_patch.kernels import reference
 
     torch.manual_seed(0)
@@ -100,13 +101,84 @@ def test_full_masked_attention_op_falls_back_to_sdpa_for_other_masks(reference_k
     mask[4:9, 4:9] = True  # an image block
     mask = mask[None, None]
     stats.reset()
-    out = torch.ops.ffpa_patch.full_masked_attention(q, k, k, mask, 0.125)
+    out = torch.ops.ffpa_patch.fused_attention(q, k, k, mask, 0.125, None, False)
     torch.testing.assert_close(out, reference.masked(q, k, k, mask, 0.125), atol=1e-5, rtol=1e-4)
     out.sum().backward()
     assert q.grad is not None and k.grad is not None
     assert stats.total("full", "sdpa") == 1
-    torch.library.opcheck(torch.ops.ffpa_patch.full_masked_attention.default,
-                          (q.detach(), k.detach(), k.detach(), mask, 0.125))
+    torch.library.opcheck(torch.ops.ffpa_patch.fused_attention.default,
+                          (q.detach(), k.detach(), k.detach(), mask, 0.125, None, False))
+
+
+def _window_mask(n, window, pad=0):
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    allowed = (j <= i) & (i - j < window) & (j >= pad)
+    allowed[:pad, :pad] = torch.eye(pad, dtype=torch.bool)  # padding rows see themselves only
+    return allowed
+
+
+@pytest.mark.parametrize("case", ["no mask", "window mask", "left padding", "image block", "image block, flex"])
+def test_fused_attention_op_routes_a_sliding_layer_like_eager(case, reference_kernels):
+    """The op's sliding layer: flash-attn-4 (dense or varlen) with the module's window, or
+    for a mask it cannot express FlexAttention (when allowed) or SDPA; values and gradients
+    against attention under the full mask (window included), and the route it counted."""
+    from ffpa_patch.kernels import reference
+
+    n, window, pad = 24, 8, 5 if case == "left padding" else 0
+    torch.manual_seed(0)
+    q = torch.randn(1, 4, n, 32, requires_grad=True)
+    k = torch.randn(1, 2, n, 32, requires_grad=True)
+    allowed = _window_mask(n, window, pad)
+    if case.startswith("image block"):
+        allowed[10:14, 10:14] = True
+    mask = None if case == "no mask" else allowed[None, None]
+    flex_ok = case.endswith("flex")
+    stats.reset()
+    out = torch.ops.ffpa_patch.fused_attention(q, k, k, mask, 0.125, window, flex_ok)
+    expected = reference.masked(q, k, k, allowed[None, None], 0.125)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k), grad)
+    want = torch.autograd.grad(expected, (q, k), grad)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+    kernel, reason = {"no mask": ("fa4", "dense causal"), "window mask": ("fa4", "dense causal (mask is plain causal)"),
+                      "left padding": ("fa4", "varlen (padding/packing)")}.get(case, ("flex" if flex_ok else "sdpa", None))
+    [row] = [r for r in stats.snapshot() if r["layer"] == "sliding"]
+    assert row["kernel"] == kernel and row["count"] == 1
+    assert reason is None or row["reason"] == REASON_PREFIX + reason
+    if not flex_ok:  # (opcheck's schema check cannot run the vmap inside create_block_mask)
+        torch.library.opcheck(torch.ops.ffpa_patch.fused_attention.default,
+                              (q.detach(), k.detach(), k.detach(), mask, 0.125, window, flex_ok))
+
+
+@pytest.mark.parametrize("kind", ["left_pad", "packed"])
+def test_compiled_sliding_layers_run_flash_attn_4_in_the_op(kind, patched):
+    """With flash-attn-4 available the sliding layers leave FlexAttention for the op: no
+    graph breaks, the eager route's kernels (so results equal to fp32 rounding), and the
+    op's run-time counts show every layer on its fused kernel."""
+    from torch._dynamo.utils import counters
+
+    from ffpa_patch.kernels import use
+    from ffpa_patch.kernels.reference import ReferenceKernels
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny.causal_lm("dense31b", attn="ffpa")
+    ids, kw = _inputs(kind)
+    with use(ReferenceKernels()):
+        ref_logits, ref_grads = _loss_and_grads(model, model, ids, kw)
+        stats.reset()
+        logits, grads = _loss_and_grads(model, torch.compile(model, backend="aot_eager"), ids, kw)
+    assert dict(counters["graph_break"]) == {}
+    torch.testing.assert_close(logits, ref_logits, atol=5e-5, rtol=1e-4)
+    assert grads.keys() == ref_grads.keys() and grads
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], atol=5e-5, rtol=1e-4)
+    sliding = sum(l.self_attn.is_sliding for l in model.model.layers)
+    assert stats.total("sliding", "fa4") == sliding and stats.total("sliding", "flex") == 0
+    assert stats.total("full", "ffpa") == len(model.model.layers) - sliding
+    assert {r["reason"] for r in stats.snapshot()} == {REASON_PREFIX + "varlen (padding/packing)"}
 
 
 @pytest.mark.parametrize("module", ["ffpa", "fa4", "flex"])

@@ -43,3 +43,16 @@ def test_bidirectional_block_is_other():
     m = causal(8).clone()
     m[2:5, 2:5] = True
     assert analyse(m[None, None], 1, None).kind == "other"
+
+
+def test_analysis_is_shared_by_views_of_one_mask_and_redone_after_a_write():
+    """A compiled graph hands each layer's op a fresh view of one mask buffer: the layers
+    share one analysis. Writing into the mask (version bump) makes it analysed again."""
+    mask = causal(8)[None, None].clone()
+    first = analyse(mask, 1, None)
+    view = mask.as_strided(mask.shape, mask.stride())
+    assert view is not mask and analyse(view, 1, None) is first
+    assert analyse(mask.clone(), 1, None) is not first  # equal values, another buffer
+    mask[0, 0, :, 0] = False  # token 0 is now padding (it sees nothing, not even itself)
+    again = analyse(view, 1, None)
+    assert again is not first and (first.kind, again.kind) == ("dense", "varlen")

@@ -15,7 +15,7 @@ from .. import kernels, runtime
 from ..kernels import flex
 from . import decide as decide_mod
 from . import announce, compiled, masks, stats
-from .decide import CP_REASON, EAGER, FFPA, FLEX, CallFacts, Route
+from .decide import CP_REASON, EAGER, FA4, FFPA, FLEX, CallFacts, Route
 
 
 
@@ -87,16 +87,20 @@ def route_attention(
     window = (sliding_window or getattr(module, "sliding_window", None)) if is_sliding else None
     layout = None
     if route.fused and torch.compiler.is_compiling():
-        # Reading a mask's structure is data-dependent (a graph break per layer). Inside a
-        # compiled graph sliding layers take FlexAttention with the mask as given, and masked
-        # full layers an opaque custom op that reads the mask at run time (routing/compiled.py).
+        # Reading a mask's structure is data-dependent (a graph break per layer), and
+        # flash-attn-4's launcher is not traceable. Inside a graph, masked full layers and
+        # flash-attn-4 sliding layers run in an opaque custom op that routes at run time as
+        # below (routing/compiled.py); without the op sliding layers take FlexAttention with
+        # the mask as given.
         bool_mask = attention_mask is None or masks.is_bool_4d(attention_mask)
+        in_op = (route.kernel == FA4 and window is not None) or (route.kernel == FFPA and attention_mask is not None)
+        if in_op and bool_mask and compiled.AVAILABLE:
+            return torch.ops.ffpa_patch.fused_attention(
+                query, key, value, attention_mask, scaling, window, facts.flex_ok), None
         if is_sliding and facts.flex_problem is None and bool_mask:
             route = Route(FLEX, "torch.compile: FlexAttention with the mask as given")
             layout = None if attention_mask is None else masks.Layout(
                 "other", allowed=torch.ops.ffpa_patch.materialize(attention_mask))
-        elif not is_sliding and attention_mask is not None and bool_mask and compiled.AVAILABLE:
-            return torch.ops.ffpa_patch.full_masked_attention(query, key, value, attention_mask, scaling), None
         elif attention_mask is not None:  # e.g. an additive float mask: one graph break
             return _route_eagerly(module, query, key, value, attention_mask, backend=backend, dropout=dropout,
                                   scaling=scaling, sliding_window=sliding_window, softcap=softcap, **kwargs)

@@ -8,7 +8,7 @@ described by cu_seqlens and per-position segment ids). Anything else
 (bidirectional image blocks, custom masks) is ``other``: FlexAttention can
 take it as a bool mask, otherwise SDPA gets the mask as given. A token is real
 when it sees itself; a segment starts at a real token that cannot see the one
-before it. The result is cached per mask tensor: all layers of one kind share
+before it. The result is cached per mask buffer: all layers of one kind share
 one mask per forward.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ class Layout:
     block_masks: dict = field(default_factory=dict)  # FlexAttention BlockMasks built from this layout
 
 
-_cache: list[tuple[weakref.ref, int, int | None, int, Layout]] = []
+_cache: list[tuple[weakref.ref, tuple, int | None, int, Layout]] = []
 
 
 def _version(t: torch.Tensor) -> int | None:
@@ -42,13 +42,23 @@ def _version(t: torch.Tensor) -> int | None:
         return None
 
 
+def _identity(mask: torch.Tensor) -> tuple[weakref.ref, tuple]:
+    """What makes two mask tensors the same mask: their storage (alive, the same object),
+    offset, shape, strides and version. Not the tensor object: a compiled graph hands each
+    layer's op a fresh view of the one mask buffer."""
+    try:
+        return weakref.ref(mask.untyped_storage()), (mask.storage_offset(), tuple(mask.shape), mask.stride(), _version(mask))
+    except (RuntimeError, NotImplementedError, TypeError):  # tensors without a plain storage
+        return weakref.ref(mask), (_version(mask),)
+
+
 def analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
-    version = _version(mask)
-    for ref, ver, win, b, layout in _cache:
-        if ref() is mask and ver == version and win == window and b == batch:
+    owner, fingerprint = _identity(mask)
+    for ref, seen, win, b, layout in _cache:
+        if ref() is not None and ref() is owner() and seen == fingerprint and win == window and b == batch:
             return layout
     layout = _analyse(mask, batch, window)
-    _cache.insert(0, (weakref.ref(mask), version, window, batch, layout))
+    _cache.insert(0, (owner, fingerprint, window, batch, layout))
     del _cache[4:]
     return layout
 

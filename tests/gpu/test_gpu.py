@@ -197,8 +197,9 @@ def test_padded_batch_trains_varlen_without_hang():
 
 
 def test_compiled_model_matches_fp32_like_the_uncompiled_one():
-    """Inductor: sliding layers run FlexAttention in the graph, the full layer the
-    ffpa_patch::full_masked_attention op (FFPA at run time): no graph breaks."""
+    """Inductor: the full layer and the sliding layers run the ffpa_patch::fused_attention op
+    (FFPA and flash-attn-4 at run time, recomputed for backward): no graph breaks, logits
+    and attention gradients at the uncompiled model's error level against fp32."""
     from torch._dynamo.utils import counters
 
     ffpa_patch.apply()
@@ -206,15 +207,27 @@ def test_compiled_model_matches_fp32_like_the_uncompiled_one():
     ids = torch.randint(0, 128, (1, 1024), device="cuda")
     torch._dynamo.reset()
     counters.clear()
-    with torch.no_grad():
-        ref = fp32(ids).logits
-        eager_err = rel_err(low(ids).logits, ref)
-        stats.reset()
-        compiled_err = rel_err(torch.compile(low)(ids).logits, ref)
-    print(f"compiled {compiled_err:.4f} vs uncompiled {eager_err:.4f}; graph breaks {dict(counters['graph_break'])}")
-    assert compiled_err <= 1.25 * eager_err + 2e-3
+
+    def run(model, fn):
+        model.zero_grad()
+        logits = fn(ids).logits
+        logits.float().logsumexp(-1).mean().backward()
+        grads = [p.grad.flatten().float() for n, p in model.named_parameters() if "self_attn" in n and p.grad is not None]
+        return logits.detach(), torch.cat(grads)
+
+    ref, ref_grads = run(fp32, fp32)
+    eager, eager_grads = run(low, low)
+    stats.reset()
+    compiled, compiled_grads = run(low, torch.compile(low))
+    errs = {"logits": (rel_err(compiled, ref), rel_err(eager, ref)),
+            "grads": (rel_err(compiled_grads, ref_grads), rel_err(eager_grads, ref_grads))}
+    print(f"compiled vs uncompiled error {errs}; graph breaks {dict(counters['graph_break'])}; routes {stats.snapshot()}")
+    for compiled_err, eager_err in errs.values():
+        assert compiled_err <= 1.25 * eager_err + 2e-3
     assert dict(counters["graph_break"]) == {}
-    assert stats.total("full", "ffpa") == 1  # counted by the op at run time
+    sliding = sum(l.self_attn.is_sliding for l in low.model.layers)
+    assert stats.total("full", "ffpa") == len(low.model.layers) - sliding  # counted by the op at run time
+    assert stats.total("sliding", "fa4") == sliding and stats.total("sliding", "flex") == 0
 
 
 def test_low_copy_function_compiles_fullgraph():
