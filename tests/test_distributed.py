@@ -10,7 +10,8 @@ def test_launcher_patches_every_torchrun_rank_and_fsdp2_trains():
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     env.pop("FFPA_PATCH_DISABLE", None)
     cmd = [sys.executable, "-m", "ffpa_patch", "run", "--", sys.executable, "-m", "torch.distributed.run",
-           "--nproc-per-node", "2", "--master-port", "29517", os.path.join(ROOT, "tests", "dist_worker.py")]
+           "--nproc-per-node", "2", "--standalone",  # a free port: tox envs may run side by side
+           os.path.join(ROOT, "tests", "dist_worker.py")]
     for attempt in range(2):
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
         # gloo on a loaded 2-core machine occasionally aborts a rank in C++ ("terminate called

@@ -128,16 +128,13 @@ def test_kv_shared_tail_slice_matches_eager(patched, reference_kernels):
     torch.testing.assert_close(out, ref[:, -3:], atol=5e-5, rtol=1e-4)
 
 
-def test_context_parallel_fails_fast_on_ffpa_backend_and_dropin_defers_to_the_ring(patched, reference_kernels):
-    import os
-
+def test_context_parallel_fails_fast_on_ffpa_backend_and_dropin_defers_to_the_ring(patched, reference_kernels, tmp_path):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.experimental import context_parallel
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29541")
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    # a file store, not a TCP port: tox envs may run side by side
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         mesh = init_device_mesh("cpu", (1,))
         model = tiny.causal_lm("dense31b", attn="eager")
