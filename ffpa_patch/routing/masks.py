@@ -47,9 +47,12 @@ def _identity(mask: torch.Tensor) -> tuple[weakref.ref, tuple]:
     offset, shape, strides and version. Not the tensor object: a compiled graph hands each
     layer's op a fresh view of the one mask buffer."""
     try:
-        return weakref.ref(mask.untyped_storage()), (mask.storage_offset(), tuple(mask.shape), mask.stride(), _version(mask))
+        storage = weakref.ref(mask.untyped_storage())
+        if storage() is not None:  # torch keeps a storage's Python object while the storage lives
+            return storage, (mask.storage_offset(), tuple(mask.shape), mask.stride(), _version(mask))
     except (RuntimeError, NotImplementedError, TypeError):  # tensors without a plain storage
-        return weakref.ref(mask), (_version(mask),)
+        pass
+    return weakref.ref(mask), (_version(mask),)
 
 
 def analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
