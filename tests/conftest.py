@@ -35,7 +35,18 @@ def patched():
 
 @pytest.fixture
 def reference_kernels():
-    """The documented seam: the fp32 reference instead of the CuTeDSL kernels."""
+    """The documented seam, taking fp32 too: whole-model tests of fp32 models against fp32 eager."""
+    from ffpa_patch.kernels import use
+    from ffpa_patch.kernels.reference import ReferenceKernels
+
+    with use(ReferenceKernels(fp32=True)) as k:
+        yield k
+
+
+@pytest.fixture
+def strict_kernels():
+    """The documented seam refusing exactly what the GPU kernels refuse (fp32, mixed dtypes,
+    head_dim, layout): for tests of which precision routes where."""
     from ffpa_patch.kernels import use
     from ffpa_patch.kernels.reference import ReferenceKernels
 

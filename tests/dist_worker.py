@@ -28,7 +28,7 @@ def main():
         fully_shard(layer)
     fully_shard(model)
     ids = torch.randint(0, 128, (1, 16), generator=torch.Generator().manual_seed(rank))
-    with use(ReferenceKernels()):
+    with use(ReferenceKernels(fp32=True)):
         loss = model(ids, labels=ids).loss
         loss.backward()
     ok = torch.tensor([int(activated_by_launcher and ffpa_patch.is_applied() and ffpa_patch._stats.total("full", "ffpa") == 1 and torch.isfinite(loss).item())])

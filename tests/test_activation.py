@@ -85,7 +85,7 @@ def test_first_forward_prints_one_summary_line_per_model():
         "from ffpa_patch.kernels import use\n"
         "from ffpa_patch.kernels.reference import ReferenceKernels\n"
         "m = tiny.causal_lm('dense31b', attn='ffpa')\n"
-        "with use(ReferenceKernels()):\n"
+        "with use(ReferenceKernels(fp32=True)):\n"
         "    for _ in range(3): m(torch.randint(0, 128, (1, 8)))\n"
     )
     env = dict(os.environ, PYTHONPATH=ROOT)

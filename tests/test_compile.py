@@ -48,7 +48,7 @@ def test_compiled_model_has_no_graph_breaks_and_matches_eager(kind, patched):
     counters.clear()
     model = tiny.causal_lm("dense31b", attn="ffpa")
     ids, kw = _inputs(kind)
-    with use(ReferenceKernels(fa4=False)):
+    with use(ReferenceKernels(fa4=False, fp32=True)):
         ref_logits, ref_grads = _loss_and_grads(model, model, ids, kw)
         stats.reset()
         logits, grads = _loss_and_grads(model, torch.compile(model, backend="aot_eager"), ids, kw)
@@ -86,7 +86,7 @@ def test_sliding_layer_without_a_mask_keeps_its_window_in_a_graph(patched):
         return route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0, sliding_window=window)[0]
 
     torch._dynamo.reset()
-    with use(ReferenceKernels(fa4=False)):
+    with use(ReferenceKernels(fa4=False, fp32=True)):
         out = torch.compile(call, backend="aot_eager", fullgraph=True)(q, k)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
 
@@ -166,7 +166,7 @@ def test_compiled_sliding_layers_run_flash_attn_4_in_the_op(kind, patched):
     counters.clear()
     model = tiny.causal_lm("dense31b", attn="ffpa")
     ids, kw = _inputs(kind)
-    with use(ReferenceKernels()):
+    with use(ReferenceKernels(fp32=True)):
         ref_logits, ref_grads = _loss_and_grads(model, model, ids, kw)
         stats.reset()
         logits, grads = _loss_and_grads(model, torch.compile(model, backend="aot_eager"), ids, kw)
@@ -208,7 +208,7 @@ class _RealFlexOnCPU:
         from ffpa_patch.kernels import flex
         from ffpa_patch.kernels.reference import ReferenceKernels
 
-        kernels = ReferenceKernels(fa4=False)
+        kernels = ReferenceKernels(fa4=False, fp32=True)
         kernels.flex_unsupported = lambda *args: None
         kernels.flex = flex.attention
         return kernels

@@ -65,7 +65,7 @@ def test_ffpa_backend_matches_eager_and_routes_every_layer(family, kind, sliding
     from ffpa_patch.kernels import use
     from ffpa_patch.kernels.reference import ReferenceKernels
 
-    with use(ReferenceKernels(fa4=sliding == "fa4")):
+    with use(ReferenceKernels(fa4=sliding == "fa4", fp32=True)):
         model = check_against_eager(family, kind, "ffpa")
     expected = "dense causal" if kind == "text" else "varlen (padding/packing)"
     rows = {(r["layer"], r["kernel"], r["reason"]): r["count"] for r in stats.snapshot()}
@@ -90,7 +90,7 @@ def reference_kernels_without_fa4():
     from ffpa_patch.kernels import use
     from ffpa_patch.kernels.reference import ReferenceKernels
 
-    with use(ReferenceKernels(fa4=False)) as k:
+    with use(ReferenceKernels(fa4=False, fp32=True)) as k:
         yield k
 
 
@@ -136,7 +136,7 @@ def test_vision_model_image_blocks(fa4, patched):
     from ffpa_patch.kernels.reference import ReferenceKernels
 
     model = tiny.vision_lm("dense31b")
-    with use(ReferenceKernels(fa4=fa4)):
+    with use(ReferenceKernels(fa4=fa4, fp32=True)):
         check_against_eager(None, None, "ffpa", model=model, inputs=vision_batch(image=True))
     # sliding layers: bidirectional image blocks flash-attn-4 cannot express -> flex BlockMask
     assert stats.total("sliding", "flex") == n_layers(model, "sliding")

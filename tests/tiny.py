@@ -64,3 +64,10 @@ def vision_lm(family: str = "dense31b", attn: str = "eager", seed: int = 0):
     cfg._attn_implementation = attn
     torch.manual_seed(seed)
     return Gemma4ForConditionalGeneration(cfg).float().eval()
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """``|actual - expected| / |expected|`` over the whole tensor, in fp32."""
+    actual, expected = actual.float(), expected.float()
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    return float((actual - expected).norm() / expected.norm().clamp_min(1e-12))

@@ -14,7 +14,7 @@ import torch
 from .. import kernels, runtime
 from ..kernels import flex
 from . import decide as decide_mod
-from . import announce, compiled, masks, stats
+from . import announce, compiled, masks, precision, stats
 from .decide import CP_REASON, EAGER, FA4, FFPA, FLEX, CallFacts, Route
 
 
@@ -69,6 +69,7 @@ def route_attention(
     is_sliding = bool(getattr(module, "is_sliding", False))
     head_dim = query.shape[-1]
     supported = active.sliding_unsupported if is_sliding else active.full_unsupported
+    run = precision.of_call(query, key, value)  # autocast: the dtype SDPA would have run in
     facts = CallFacts(
         backend=backend,
         is_sliding=is_sliding,
@@ -80,8 +81,8 @@ def route_attention(
         dropout=dropout,
         scaling=scaling,
         softcap=softcap,
-        kernel_problem=supported(query.device, query.dtype, head_dim),
-        flex_problem=active.flex_unsupported(query.device, query.dtype, head_dim) if is_sliding else None,
+        kernel_problem=run.problem or supported(query.device, run.dtype, head_dim),
+        flex_problem=(run.problem or active.flex_unsupported(query.device, run.dtype, head_dim)) if is_sliding else None,
     )
     route = decide_mod.decide(facts)
     window = (sliding_window or getattr(module, "sliding_window", None)) if is_sliding else None
@@ -95,8 +96,8 @@ def route_attention(
         bool_mask = attention_mask is None or masks.is_bool_4d(attention_mask)
         in_op = (route.kernel == FA4 and window is not None) or (route.kernel == FFPA and attention_mask is not None)
         if in_op and bool_mask and compiled.AVAILABLE:
-            return torch.ops.ffpa_patch.fused_attention(
-                query, key, value, attention_mask, scaling, window, facts.flex_ok), None
+            q, k, v = precision.cast(run, query, key, value)
+            return torch.ops.ffpa_patch.fused_attention(q, k, v, attention_mask, scaling, window, facts.flex_ok), None
         if is_sliding and facts.flex_problem is None and bool_mask:
             route = Route(FLEX, "torch.compile: FlexAttention with the mask as given")
             layout = None if attention_mask is None else masks.Layout(
@@ -107,6 +108,9 @@ def route_attention(
     elif route.fused and attention_mask is not None:
         layout = masks.analyse(attention_mask, query.shape[0], window)
         route = decide_mod.refine(route, layout.kind, facts.flex_ok and layout.allowed is not None)
+    if route.fused:  # fallbacks get q/k/v as they came: SDPA and eager cast under autocast themselves
+        route = Route(route.kernel, run.note(route.reason))
+        query, key, value = precision.cast(run, query, key, value)
     _account(module, backend, is_sliding, head_dim, route)
     if not route.fused and attention_mask is None and window is not None and facts.kv_len > window:
         # the "ffpa" mask function left a plain sliding window to the kernels (patches/attention_backend.py)
