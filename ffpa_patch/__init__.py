@@ -165,7 +165,14 @@ def status() -> Status:
         versions=versions.check_all(),
         patches=[_patch_row(p) for p in _patches.values()],
         routes=_stats.snapshot(),
+        compiles=_compiles(),
     )
+
+
+def _compiles() -> dict:
+    """Kernel builds this process did for routing (FlexAttention's), without importing torch."""
+    flex = sys.modules.get("ffpa_patch.kernels.flex")
+    return {"flex_attention": flex.compiles()} if flex is not None and flex.compiles() else {}
 
 
 def stats() -> list[dict]:

@@ -14,6 +14,7 @@ class Status:
     versions: list[VersionCheck] = field(default_factory=list)
     patches: list[dict] = field(default_factory=list)
     routes: list[dict] = field(default_factory=list)
+    compiles: dict = field(default_factory=dict)  # kernel builds by compiler: {"flex_attention": n}
 
     def as_dict(self) -> dict:
         data = asdict(self)
@@ -30,4 +31,6 @@ class Status:
         if self.routes:
             lines.append("  attention calls (layer -> kernel: reason  count):")
             lines += [f"    {r['layer']:<7} -> {r['kernel']:<5}: {r['reason']}  {r['count']}" for r in self.routes]
+        for what, n in self.compiles.items():
+            lines.append(f"  {what} compiles: {n} (automatic dynamic shapes: 2 expected, a new one per step means recompiling)")
         return "\n".join(lines)

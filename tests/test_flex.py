@@ -77,3 +77,16 @@ def test_production_flex_needs_cuda_and_small_tiles_above_256():
     assert "needs CUDA" in flex.unsupported(torch.device("cpu"), torch.bfloat16, 256)
     assert flex.kernel_options(256) is None
     assert flex.kernel_options(512)["BLOCK_M"] == 32
+
+
+def test_compiled_flex_does_not_recompile_for_every_packed_length():
+    # packing changes the length every step; dynamic=False compiled once per length (~7.8 s a step on an H200)
+    before = flex.compiles()
+    for n in (96, 160, 224, 352, 416):
+        q = torch.randn(1, 2, n, 16)
+        layout = analyse(causal(n, WINDOW)[None, None], 1, WINDOW)
+        mask = flex.block_mask(layout, 1, n, n, WINDOW, "cpu")
+        with torch.no_grad():
+            out = flex.attention(q, q, q, mask, 0.25)
+        torch.testing.assert_close(out, reference.attention(*(q.transpose(1, 2),) * 3, 0.25, WINDOW), atol=1e-4, rtol=1e-4)
+    assert flex.compiles() - before <= 2

@@ -4,9 +4,13 @@ The BlockMask is built from the structure ``routing.masks`` read out of the
 4-D mask (causal + window + segments, where padding is segment 0), or, for
 masks that are not causal+padding/packing (Gemma4's bidirectional image
 blocks), from the bool mask itself. Building it is pure torch and runs
-anywhere (CPU tests use it); only the fused kernel needs CUDA. Like
-Transformers' flex backend, flex_attention is compiled once with
-``dynamic=False`` and called directly when the caller is already compiling.
+anywhere (CPU tests use it); only the fused kernel needs CUDA.
+flex_attention is compiled with automatic dynamic shapes (``dynamic=None``):
+packing changes the sequence length every step, and ``dynamic=False`` (what
+Transformers' flex backend uses) compiled a new kernel per step, ~7.8 s each.
+The first length compiles static, the second once more with a symbolic length,
+and then no more; ``compiles()`` counts them (``status()`` shows it). Called
+directly when the caller is already compiling.
 """
 from __future__ import annotations
 
@@ -96,11 +100,27 @@ def _build(layout, batch, q_len, kv_len, window, device):
                              device=device, _compile=compiled)
 
 
+_compile_count = 0
+
+
+def compiles() -> int:
+    """How many times Dynamo compiled our flex_attention in this process (each one a kernel build)."""
+    return _compile_count
+
+
+def _counting_inductor(graph, example_inputs):
+    global _compile_count
+    from torch._inductor.compile_fx import compile_fx
+
+    _compile_count += 1
+    return compile_fx(graph, example_inputs)
+
+
 @functools.lru_cache(maxsize=1)
 def _compiled():
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=False)
+    return torch.compile(flex_attention, dynamic=None, backend=_counting_inductor)
 
 
 def attention(query, key, value, mask, scale: float):
