@@ -1,0 +1,118 @@
+"""Hugging Face Trainer as users run it, stock against the shim.
+
+A small Gemma4 (6 layers: 5 sliding + 1 full, hidden 1536, head_dim 256/512, one global
+KV head), random weights, documents of 128-2048 tokens. Per process one recipe:
+backend (sdpa-stock: patch reverted; sdpa-dropin: patch on, model left on "sdpa";
+ffpa: attn_implementation="ffpa") x precision (autocast: fp32 weights, bf16=True;
+bf16: bf16 weights) x collator (packing: DataCollatorWithFlattening, 8 documents a
+step; padding: a padding collator, batch 4). Reports the median step (first excluded),
+the first step, peak memory, losses, routes and FlexAttention compiles.
+
+python benchmarks/trainer.py --backend ffpa --precision autocast --collator packing --out benchmarks/results/trainer.json --append
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import ffpa_patch  # noqa: E402
+from benchmarks.common import env_info  # noqa: E402
+
+
+def config(attn):
+    from transformers import Gemma4TextConfig
+
+    cfg = Gemma4TextConfig(
+        vocab_size=4096, hidden_size=1536, intermediate_size=6144, num_hidden_layers=6,
+        num_attention_heads=8, num_key_value_heads=4, head_dim=256, global_head_dim=512,
+        num_global_key_value_heads=1, attention_k_eq_v=True, sliding_window=1024,
+        hidden_size_per_layer_input=0, vocab_size_per_layer_input=4096, final_logit_softcapping=30.0,
+        tie_word_embeddings=True, use_cache=False, pad_token_id=0,
+        layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(6)],
+    )
+    cfg._attn_implementation = attn
+    return cfg
+
+
+def documents(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(128, 2049, (n,), generator=g).tolist()
+    return [{"input_ids": torch.randint(1, 4096, (k,), generator=g).tolist()} for k in lengths]
+
+
+def padding_collator(features):
+    longest = max(len(f["input_ids"]) for f in features)
+    ids = torch.zeros(len(features), longest, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, f in enumerate(features):
+        ids[i, : len(f["input_ids"])] = torch.tensor(f["input_ids"])
+        mask[i, : len(f["input_ids"])] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--backend", choices=["sdpa-stock", "sdpa-dropin", "ffpa"], required=True)
+    p.add_argument("--precision", choices=["autocast", "bf16"], required=True)
+    p.add_argument("--collator", choices=["packing", "padding"], default="packing")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--out")
+    p.add_argument("--append", action="store_true")
+    a = p.parse_args()
+
+    from transformers import DataCollatorWithFlattening, Gemma4ForCausalLM, Trainer, TrainerCallback, TrainingArguments
+
+    if a.backend == "sdpa-stock":
+        ffpa_patch.revert()
+    ffpa_patch.reset_stats()
+    torch.manual_seed(0)
+    model = Gemma4ForCausalLM(config("ffpa" if a.backend == "ffpa" else "sdpa"))
+    model = model.to("cuda", torch.bfloat16 if a.precision == "bf16" else torch.float32)
+    per_step = 8 if a.collator == "packing" else 4
+    collate = DataCollatorWithFlattening() if a.collator == "packing" else padding_collator
+
+    times = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, *args, **kw):
+            torch.cuda.synchronize()
+            self.t = time.perf_counter()
+
+        def on_step_end(self, *args, **kw):
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - self.t) * 1e3)
+
+    args = TrainingArguments(
+        output_dir="/tmp/trainer-bench", per_device_train_batch_size=per_step, max_steps=a.steps, report_to=[],
+        logging_steps=1, save_strategy="no", learning_rate=1e-4, bf16=a.precision == "autocast",
+        dataloader_num_workers=0, remove_unused_columns=False, seed=0,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=documents(per_step * a.steps), data_collator=collate,
+                      callbacks=[Clock()])
+    torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    status = ffpa_patch.status()
+    row = {
+        "backend": a.backend, "precision": a.precision, "collator": a.collator, "steps": a.steps,
+        "median_step_ms": statistics.median(times[1:]), "first_step_ms": times[0], "step_ms": times,
+        "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+        "routes": status.routes, "compiles": status.compiles, "env": env_info(),
+    }
+    print(json.dumps({k: v for k, v in row.items() if k not in ("step_ms", "losses", "env")}))
+    if a.out:
+        rows = []
+        if a.append and os.path.exists(a.out):
+            rows = json.load(open(a.out))
+        rows.append(row)
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+        json.dump(rows, open(a.out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
