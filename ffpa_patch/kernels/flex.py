@@ -8,8 +8,9 @@ anywhere (CPU tests use it); only the fused kernel needs CUDA.
 flex_attention is compiled with automatic dynamic shapes (``dynamic=None``):
 packing changes the sequence length every step, and ``dynamic=False`` (what
 Transformers' flex backend uses) compiled a new kernel per step, ~7.8 s each.
-The first length compiles static, the second once more with a symbolic length,
-and then no more; ``compiles()`` counts them (``status()`` shows it). Called
+On CPU the first length compiled static, the second once more with a symbolic
+length, and then no more (tests/test_flex.py); not yet measured on the GPU.
+``compiles()`` counts them (``status()`` shows it). Called
 directly when the caller is already compiling.
 """
 from __future__ import annotations

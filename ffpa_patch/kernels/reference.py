@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from ..routing.precision import LOW_PRECISION
+
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None) -> torch.Tensor:
     """Dense ``[B, S, H, D]`` causal attention in fp32."""
@@ -47,7 +49,7 @@ def varlen(q, k, v, cu_seqlens: torch.Tensor, scale: float, window: int | None =
     return torch.cat(outs, dim=0)
 
 
-HALF = (torch.float16, torch.bfloat16)
+HALF = LOW_PRECISION  # what FFPA and flash-attn-4 take
 
 
 def _refuse(q, k, v, cu_seqlens=None, dtypes=HALF) -> None:
