@@ -55,15 +55,44 @@ def padding_collator(features):
     return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
 
 
+def count_cutedsl_compiles():
+    """{package: [compiles, seconds]} of cute.compile calls, wrapped when cutlass.cute is
+    imported (so the import itself still lands in the first step, as for a user)."""
+    import wrapt
+
+    jit = {}
+
+    def wrap(cute):
+        compile_ = cute.compile
+
+        def counted(*args, **kw):
+            caller = sys._getframe(1).f_globals.get("__name__", "?").split(".")[0]
+            t = time.perf_counter()
+            try:
+                return compile_(*args, **kw)
+            finally:
+                n, s = jit.get(caller, (0, 0.0))
+                jit[caller] = [n + 1, round(s + time.perf_counter() - t, 2)]
+
+        cute.compile = counted
+
+    wrapt.register_post_import_hook(wrap, "cutlass.cute")
+    return jit
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--backend", choices=["sdpa-stock", "sdpa-dropin", "ffpa"], required=True)
     p.add_argument("--precision", choices=["autocast", "bf16"], required=True)
     p.add_argument("--collator", choices=["packing", "padding"], default="packing")
+    p.add_argument("--sliding", choices=["fa4", "flex"], default="fa4", help="sliding-layer kernel of the shim")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--out")
     p.add_argument("--append", action="store_true")
     a = p.parse_args()
+    jit = count_cutedsl_compiles()
+    cache_dir = os.environ.get("FFPA_PATCH_KERNEL_CACHE")
+    cached_at_start = sum(len(f) for _, _, f in os.walk(cache_dir)) if cache_dir and os.path.isdir(cache_dir) else 0
 
     from transformers import DataCollatorWithFlattening, Gemma4ForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
@@ -95,14 +124,19 @@ def main():
     trainer = Trainer(model=model, args=args, train_dataset=documents(per_step * a.steps), data_collator=collate,
                       callbacks=[Clock()])
     torch.cuda.reset_peak_memory_stats()
-    trainer.train()
+    from ffpa_patch.kernels import use
+    from ffpa_patch.kernels.cute import CuteKernels
+
+    with use(CuteKernels(fa4=a.sliding == "fa4")):
+        trainer.train()
     status = ffpa_patch.status()
     row = {
-        "backend": a.backend, "precision": a.precision, "collator": a.collator, "steps": a.steps,
+        "backend": a.backend, "precision": a.precision, "collator": a.collator, "sliding": a.sliding, "steps": a.steps,
         "median_step_ms": statistics.median(times[1:]), "first_step_ms": times[0], "step_ms": times,
         "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
         "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
-        "routes": status.routes, "compiles": status.compiles, "env": env_info(),
+        "routes": status.routes, "compiles": status.compiles, "cutedsl_jit": jit, "kernel_cache": status.kernel_cache,
+        "kernel_cache_files_at_start": cached_at_start, "env": env_info(),
     }
     print(json.dumps({k: v for k, v in row.items() if k not in ("step_ms", "losses", "env")}))
     if a.out:

@@ -166,6 +166,7 @@ def status() -> Status:
         patches=[_patch_row(p) for p in _patches.values()],
         routes=_stats.snapshot(),
         compiles=_compiles(),
+        kernel_cache=_kernel_cache(),
     )
 
 
@@ -173,6 +174,12 @@ def _compiles() -> dict:
     """Kernel builds this process did for routing (FlexAttention's), without importing torch."""
     flex = sys.modules.get("ffpa_patch.kernels.flex")
     return {"flex_attention": flex.compiles()} if flex is not None and flex.compiles() else {}
+
+
+def _kernel_cache() -> dict:
+    """Where each CuTeDSL package keeps compiled kernels (known once it was imported)."""
+    disk = sys.modules.get("ffpa_patch.kernels.disk_cache")
+    return dict(disk.state) if disk is not None else {}
 
 
 def stats() -> list[dict]:

@@ -1,4 +1,4 @@
-"""Every FFPA_PATCH_* environment variable, parsed in one place at apply time."""
+"""Every FFPA_PATCH_* environment variable, parsed in one place (at apply time, and when a kernel package is first imported)."""
 from __future__ import annotations
 
 import os
@@ -23,6 +23,7 @@ class Settings:
     force: bool  # FFPA_PATCH_FORCE=1: patch outside the supported version range
     targets: frozenset[str] | None  # FFPA_PATCH_TARGETS=a,b: only these patches
     exclude: frozenset[str]  # FFPA_PATCH_EXCLUDE=a,b: never these patches
+    kernel_cache: str  # FFPA_PATCH_KERNEL_CACHE=DIR: flash-attn-4's on-disk kernels ("0" = off, "" = default)
 
 
 def read() -> Settings:
@@ -32,4 +33,5 @@ def read() -> Settings:
         force=_flag("FFPA_PATCH_FORCE"),
         targets=_names("FFPA_PATCH_TARGETS"),
         exclude=_names("FFPA_PATCH_EXCLUDE") or frozenset(),
+        kernel_cache=os.environ.get("FFPA_PATCH_KERNEL_CACHE", "").strip(),
     )

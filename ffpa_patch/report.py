@@ -15,6 +15,7 @@ class Status:
     patches: list[dict] = field(default_factory=list)
     routes: list[dict] = field(default_factory=list)
     compiles: dict = field(default_factory=dict)  # kernel builds by compiler: {"flex_attention": n}
+    kernel_cache: dict = field(default_factory=dict)  # package -> where its compiled kernels are kept
 
     def as_dict(self) -> dict:
         data = asdict(self)
@@ -33,4 +34,6 @@ class Status:
             lines += [f"    {r['layer']:<7} -> {r['kernel']:<5}: {r['reason']}  {r['count']}" for r in self.routes]
         for what, n in self.compiles.items():
             lines.append(f"  {what} compiles: {n} (automatic dynamic shapes: 2 expected, a new one per step means recompiling)")
+        for package, where in self.kernel_cache.items():
+            lines.append(f"  {package} compiled kernels: {where}")
         return "\n".join(lines)

@@ -9,12 +9,13 @@ import functools
 
 import torch
 
-from . import import_problem, machine_fact
+from . import disk_cache, import_problem, machine_fact
 
 
 @functools.lru_cache(maxsize=1)
 def import_error() -> str | None:
-    return import_problem("flash_attn.cute", "flash-attn-4", attr="flash_attn_func")
+    with disk_cache.for_flash_attn_4():
+        return import_problem("flash_attn.cute", "flash-attn-4", attr="flash_attn_func")
 
 
 @machine_fact

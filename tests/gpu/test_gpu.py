@@ -83,6 +83,38 @@ def test_tiny_gemma4_on_real_kernels_matches_fp32(kind, dtype, sliding):
     assert stats.total("full", "ffpa") == 1 and stats.total("sliding", sliding) == 5, stats.snapshot()
 
 
+@pytest.mark.parametrize("kind", ["text", "padded", "packed"])
+def test_autocast_over_fp32_weights_runs_fused_at_stock_error_level(kind):
+    """Trainer's bf16=True: fp32 weights under autocast. Every layer runs fused (q/k/v cast,
+    as SDPA does), logits match the fp32 model at stock SDPA's autocast error, and fp32
+    parameters get their gradients."""
+    fp32, _ = _model_pair("dense31b", torch.bfloat16)
+    model = tiny.causal_lm("dense31b", attn="ffpa", head_dim=256, hidden_size=256).cuda()
+    model.load_state_dict(fp32.state_dict())
+    ids, kw, valid = _batch(kind)
+    with torch.no_grad():
+        ref = fp32(ids, **kw).logits
+    ffpa_patch.revert()
+    model.set_attn_implementation("sdpa")
+    with torch.no_grad(), torch.autocast("cuda", torch.bfloat16):
+        stock = model(ids, **kw).logits
+    ffpa_patch.apply()
+    model.set_attn_implementation("ffpa")
+    stats.reset()
+    with torch.autocast("cuda", torch.bfloat16):
+        out = model(ids, **kw).logits
+    assert out.dtype == stock.dtype
+    floor, err = rel_err(stock[valid], ref[valid]), rel_err(out[valid], ref[valid])
+    print(f"autocast {kind}: ffpa_patch {err:.4f} vs stock sdpa {floor:.4f}")
+    assert err <= 1.25 * floor + 2e-3
+    rows = stats.snapshot()
+    assert stats.total("full", "ffpa") == 1 and stats.total("sliding", "fa4") == 5, rows
+    assert all("autocast: q/k/v cast to bfloat16" in r["reason"] for r in rows), rows
+    out[valid].float().logsumexp(-1).mean().backward()
+    grad = model.model.layers[5].self_attn.q_proj.weight.grad
+    assert grad is not None and grad.dtype == torch.float32 and grad.abs().sum() > 0
+
+
 def _sliding_mask(kind, s=1024, window=128):
     i, j = torch.arange(s, device="cuda")[:, None], torch.arange(s, device="cuda")[None]
     base = (j <= i) & (i - j < window)
