@@ -115,6 +115,8 @@ def main():
         def on_step_end(self, *args, **kw):
             torch.cuda.synchronize()
             times.append((time.perf_counter() - self.t) * 1e3)
+            print(f"step {len(times)}: {times[-1]:.0f} ms, compiles {ffpa_patch.status().compiles}, cute.compile {jit}",
+                  file=sys.stderr, flush=True)
 
     args = TrainingArguments(
         output_dir="/tmp/trainer-bench", per_device_train_batch_size=per_step, max_steps=a.steps, report_to=[],

@@ -109,6 +109,8 @@ def _apply(*, explicit: bool, strict: bool | None, targets, exclude, force: bool
                 raise
             _say(False, msg)
             return status()
+    if "ffpa_attn.cute" in sys.modules and "ffpa_patch.kernels.disk_cache" in sys.modules:
+        sys.modules["ffpa_patch.kernels.disk_cache"].after_ffpa_attn_import()  # again after a revert()
     _wanted.update(names)
     for name in names:
         when_imported(_patches[name].module, _hooks[name])
@@ -134,6 +136,9 @@ def revert() -> Status:
     for patch in reversed(list(_patches.values())):
         if patch.applied:
             patch.revert()
+    disk = sys.modules.get("ffpa_patch.kernels.disk_cache")
+    if disk is not None:
+        disk.restore()
     runtime.strict = False
     _message[0] = "reverted"
     return status()
@@ -179,7 +184,11 @@ def _compiles() -> dict:
 def _kernel_cache() -> dict:
     """Where each CuTeDSL package keeps compiled kernels (known once it was imported)."""
     disk = sys.modules.get("ffpa_patch.kernels.disk_cache")
-    return dict(disk.state) if disk is not None else {}
+    kept = dict(disk.state) if disk is not None else {}
+    ffpa_disk = sys.modules.get("ffpa_patch.kernels.ffpa_disk")
+    if ffpa_disk is not None and ffpa_disk._swapped and "ffpa-attn" in kept:
+        kept["ffpa-attn"] += "; this process: {loaded} loaded from disk, {exported} compiled and written".format(**ffpa_disk.counts())
+    return kept
 
 
 def stats() -> list[dict]:

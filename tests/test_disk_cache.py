@@ -45,21 +45,19 @@ def flash_attn_4(tmp_path, monkeypatch):
 
 def test_on_by_default_in_the_user_cache_and_the_environment_put_back(flash_attn_4, tmp_path):
     seen = flash_attn_4()
-    where = str(tmp_path / "xdg" / "ffpa_patch" / "flash_attn_4")
+    where = str(tmp_path / "xdg" / "ffpa_patch" / "kernels" / "flash_attn_4")
     assert seen.CUTE_DSL_CACHE_ENABLED and seen.CUTE_DSL_CACHE_DIR == where
-    assert os.path.isdir(where)
+    assert os.path.isdir(os.path.dirname(where))  # the root; flash-attn-4 makes its own folder
     assert disk_cache.ENABLED not in os.environ and disk_cache.DIRECTORY not in os.environ
     assert disk_cache.state["flash-attn-4"].startswith(f"on, in {where}")
-    assert "no disk cache" in disk_cache.state["ffpa-attn"]
     text = str(ffpa_patch.status())
     assert f"flash-attn-4 compiled kernels: on, in {where}" in text
-    assert "ffpa-attn compiled kernels: in-process only" in text
 
 
 def test_a_relative_directory_is_made_absolute(flash_attn_4, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FFPA_PATCH_KERNEL_CACHE", "kernels")
-    assert flash_attn_4().CUTE_DSL_CACHE_DIR == str(tmp_path / "kernels")
+    assert flash_attn_4().CUTE_DSL_CACHE_DIR == str(tmp_path / "kernels" / "flash_attn_4")
 
 
 @pytest.mark.parametrize("value", ["0", "off", " OFF "])
@@ -93,3 +91,142 @@ def test_imported_before_ffpa_patch_could_turn_it_on(flash_attn_4, monkeypatch):
     monkeypatch.delenv("FFPA_PATCH_KERNEL_CACHE")
     flash_attn_4()
     assert disk_cache.state["flash-attn-4"].startswith("off (flash_attn.cute was imported before ffpa_patch")
+
+
+# ffpa-attn: stand-ins for ffpa-attn (a kernel launcher with ffpa-attn's JITCache) and for
+# CuTeDSL's export_to_c / load_module; ffpa_patch's DiskKernels is the code under test.
+FFPA_CACHE_UTILS = """class JITCache:
+    def __init__(self):
+        self.cache = {}
+    def __setitem__(self, key, fn):
+        self.cache[key] = fn
+    def __getitem__(self, key):
+        return self.cache[key]
+    def __contains__(self, key):
+        return key in self.cache
+    def clear(self):
+        self.cache.clear()
+"""
+FFPA_LAUNCHER = """from .utils.cache_utils import JITCache
+
+COMPILES = []
+
+class Compiled:
+    def __init__(self, scale):
+        self.scale = scale
+    def __call__(self, x):
+        return x * self.scale
+    def export_to_c(self, object_file_path, function_name):
+        with open(object_file_path, "w") as f:
+            f.write(f"{function_name}={self.scale}")
+
+def launch(scale, x):
+    key = ("fwd", scale)
+    if key not in launch.compile_cache:
+        COMPILES.append(key)
+        launch.compile_cache[key] = Compiled(scale)
+    return launch.compile_cache[key](x)
+
+launch.compile_cache = JITCache()
+"""
+CUTE_RUNTIME = """import types
+def load_module(path, enable_tvm_ffi=False):
+    assert enable_tvm_ffi
+    name, scale = open(path).read().split("=")
+    from ffpa_attn.cute._fwd import Compiled
+    return types.SimpleNamespace(**{name: Compiled(float(scale))})
+"""
+
+
+@pytest.fixture
+def ffpa_attn(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    files = {
+        "ffpa_attn/__init__.py": "", "ffpa_attn/cute/__init__.py": "from . import _fwd\n",
+        "ffpa_attn/cute/utils/__init__.py": "", "ffpa_attn/cute/utils/cache_utils.py": FFPA_CACHE_UTILS,
+        "ffpa_attn/cute/_fwd.py": FFPA_LAUNCHER, "ffpa_attn-0.2.4.dist-info/METADATA": "Name: ffpa-attn\nVersion: 0.2.4\n",
+        "cutlass/__init__.py": "", "cutlass/cute/__init__.py": "from . import runtime\n", "cutlass/cute/runtime.py": CUTE_RUNTIME,
+    }
+    for name, text in files.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(text)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("FFPA_PATCH_KERNEL_CACHE", str(tmp_path / "kernels"))
+    from ffpa_patch.kernels import ffpa as ffpa_kernels
+
+    def load():
+        ffpa_kernels.import_error.cache_clear()
+        assert ffpa_kernels.import_error() is None
+        return sys.modules["ffpa_attn.cute._fwd"]
+
+    def next_process():
+        """What a new process sees: nothing in memory, the disk as it was."""
+        from ffpa_patch.kernels import ffpa_disk
+
+        ffpa_disk.restore()
+        sys.modules["ffpa_attn.cute._fwd"].launch.compile_cache.clear()
+        return load()
+
+    load.next_process = next_process
+    yield load
+    from ffpa_patch.kernels import ffpa_disk
+
+    ffpa_disk.restore()
+    for name in [m for m in sys.modules if m.split(".")[0] in ("ffpa_attn", "cutlass")]:
+        del sys.modules[name]
+    ffpa_kernels.import_error.cache_clear()
+    disk_cache.state.clear()
+
+
+def test_ffpa_kernels_are_written_once_and_loaded_by_the_next_process(ffpa_attn, tmp_path):
+    fwd = ffpa_attn()
+    assert fwd.launch(2.0, 3.0) == 6.0 and fwd.launch(2.0, 1.0) == 2.0
+    assert len(fwd.COMPILES) == 1
+    written = list((tmp_path / "kernels" / "ffpa_attn").rglob("*.o"))
+    assert len(written) == 1 and "_fwd.launch.compile_cache" in str(written[0])
+    assert disk_cache.state["ffpa-attn"].startswith(f"on, in {tmp_path / 'kernels' / 'ffpa_attn'}")
+    assert "0 loaded from disk, 1 compiled and written" in str(ffpa_patch.status())
+
+    fwd = ffpa_attn.next_process()
+    assert fwd.launch(2.0, 5.0) == 10.0
+    assert len(fwd.COMPILES) == 1  # no new compile: the kernel came from disk
+    assert "1 loaded from disk, 0 compiled and written" in str(ffpa_patch.status())
+    assert fwd.launch(3.0, 1.0) == 3.0 and len(fwd.COMPILES) == 2  # another key still compiles
+
+
+def test_a_broken_file_is_a_miss_compiled_again_and_replaced(ffpa_attn, tmp_path):
+    ffpa_attn().launch(2.0, 1.0)
+    (written,) = (tmp_path / "kernels" / "ffpa_attn").rglob("*.o")
+    written.write_text("garbage")
+    fwd = ffpa_attn.next_process()
+    assert fwd.launch(2.0, 4.0) == 8.0 and len(fwd.COMPILES) == 2
+    assert written.read_text() == "func=2.0"
+
+
+def test_revert_puts_ffpa_attns_own_cache_back_with_its_kernels(ffpa_attn):
+    fwd = ffpa_attn()
+    own = fwd.launch.compile_cache.memory
+    fwd.launch(2.0, 1.0)
+    ffpa_patch.revert()
+    try:
+        assert fwd.launch.compile_cache is own and ("fwd", 2.0) in own
+        assert "reverted" in disk_cache.state["ffpa-attn"]
+    finally:
+        ffpa_patch.apply()
+    assert fwd.launch.compile_cache.memory is own  # apply() keeps them on disk again
+    ffpa_patch.apply()
+    assert fwd.launch.compile_cache.memory is own  # never wrapped twice
+
+
+def test_off_leaves_ffpa_attn_alone(ffpa_attn, monkeypatch):
+    monkeypatch.setenv("FFPA_PATCH_KERNEL_CACHE", "0")
+    fwd = ffpa_attn()
+    assert type(fwd.launch.compile_cache).__name__ == "JITCache"
+    assert disk_cache.state["ffpa-attn"] == "off (FFPA_PATCH_KERNEL_CACHE=0)"
+
+
+def test_an_unverified_ffpa_attn_version_keeps_its_in_memory_cache(ffpa_attn, tmp_path):
+    (tmp_path / "site" / "ffpa_attn-0.2.4.dist-info" / "METADATA").write_text("Name: ffpa-attn\nVersion: 0.3.0\n")
+    fwd = ffpa_attn()
+    assert type(fwd.launch.compile_cache).__name__ == "JITCache"
+    assert "verified with ffpa-attn 0.2.4, found 0.3.0" in disk_cache.state["ffpa-attn"]

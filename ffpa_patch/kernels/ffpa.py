@@ -14,13 +14,16 @@ import functools
 
 import torch
 
-from . import import_problem, machine_fact
+from . import disk_cache, import_problem, machine_fact
 
 
 @functools.lru_cache(maxsize=1)
 def import_error() -> str | None:
     """None when ffpa-attn's CuTeDSL ops are importable (the import registers torch.ops.ffpa_attn.*), else why not."""
-    return import_problem("ffpa_attn.cute", "ffpa-attn")
+    problem = import_problem("ffpa_attn.cute", "ffpa-attn")
+    if problem is None:
+        disk_cache.after_ffpa_attn_import()
+    return problem
 
 
 @machine_fact

@@ -295,3 +295,37 @@ def test_selective_checkpointing_halves_ffpa_forward_calls(monkeypatch):
     low.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False, "context_fn": checkpointing.context_fn})
     selective = _ffpa_fwd_calls(low, ids, monkeypatch)
     assert plain == 2 and selective == 1, (plain, selective)
+
+
+def test_ffpa_kernels_from_disk_match_a_fresh_compile_bit_for_bit(tmp_path):
+    """A first process compiles and writes every FFPA kernel (forward, backward preprocess,
+    dK/dV, dQ; dense and varlen); a second loads them all from disk and compiles none; a
+    third, with the cache off, compiles afresh. Where two fresh compiles agree bit for bit,
+    the kernels from disk must too; where the backward's atomics make runs differ, the
+    kernels from disk may differ by no more than that."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    worker = os.path.join(os.path.dirname(__file__), "ffpa_disk_worker.py")
+
+    def process(name, cache):
+        env = dict(os.environ, FFPA_PATCH_KERNEL_CACHE=cache)
+        done = subprocess.run([sys.executable, worker, str(tmp_path / name)], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1]), torch.load(tmp_path / name)
+
+    first, fresh = process("first.pt", str(tmp_path / "kernels"))
+    second, from_disk = process("second.pt", str(tmp_path / "kernels"))
+    _, again = process("third.pt", "0")
+    print(f"ffpa-attn disk cache: first process {first}, second {second}")
+    assert first["loaded"] == 0 and first["exported"] >= 4
+    assert second == {"loaded": first["exported"], "exported": 0}
+    for name in fresh:
+        for i, (a, b, c) in enumerate(zip(fresh[name], from_disk[name], again[name])):
+            if torch.equal(a, c):
+                assert torch.equal(a, b), (name, i)
+            else:
+                print(f"{name}[{i}]: two fresh compiles differ by {rel_err(c, a):.2e}, disk by {rel_err(b, a):.2e}")
+                assert rel_err(b, a) <= 2 * rel_err(c, a), (name, i)
