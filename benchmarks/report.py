@@ -99,6 +99,58 @@ def plot(data, path, title):
     fig.savefig(path, dpi=100)
 
 
+def trainer_rows(folder):
+    """The Trainer matrix (trainer/trainer.json): the first run of each recipe, speed-up vs stock."""
+    rows = load(os.path.join(folder, "trainer"), "trainer.json") or []
+    stock = {(r["precision"], r["collator"]): r["median_step_ms"] for r in rows if r["backend"] == "sdpa-stock"}
+    seen, out = set(), []
+    for r in rows:
+        key = (r["backend"], r["precision"], r["collator"], r["sliding"])
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(dict(r, speedup=stock[(r["precision"], r["collator"])] / r["median_step_ms"]))
+    return out
+
+
+def trainer_table(rows):
+    lines = ["| backend | precision | collator | median step ms | vs stock | first step s | peak GiB | CuTeDSL compiles (s) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        jit = ", ".join(f"{k} {n} ({t:.0f} s)" for k, (n, t) in r["cutedsl_jit"].items()) or "none"
+        lines.append(f"| {r['backend']} | {r['precision']} | {r['collator']} | {r['median_step_ms']:.1f} | "
+                     f"{r['speedup']:.2f}x | {r['first_step_ms'] / 1e3:.1f} | {r['peak_gib']:.1f} | {jit} |")
+    return "\n".join(lines)
+
+
+def trainer_plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recipes = [(p, c) for p in ("autocast", "bf16") for c in ("packing", "padding")]
+    backends = ("sdpa-stock", "sdpa-dropin", "ffpa")
+    fig, (bars, curves) = plt.subplots(1, 2, figsize=(13, 4.5))
+    for i, backend in enumerate(backends):
+        ms = [next((r["median_step_ms"] for r in rows if (r["backend"], r["precision"], r["collator"]) == (backend, p, c)), 0)
+              for p, c in recipes]
+        bars.bar([x + 0.27 * (i - 1) for x in range(len(recipes))], ms, 0.27, label=backend)
+    bars.set_xticks(range(len(recipes)), [f"{p}\n{c}" for p, c in recipes])
+    bars.set_ylabel("median step, ms (first step excluded)")
+    bars.set_title("HF Trainer, small Gemma4 (6 layers, hd 256/512), H200")
+    bars.legend()
+    for r in rows:
+        if r["precision"] == "autocast" and r["collator"] == "packing" and r["sliding"] == "fa4":
+            curves.plot(range(1, len(r["losses"]) + 1), r["losses"], label=r["backend"])
+    curves.set_xlabel("step")
+    curves.set_ylabel("training loss")
+    curves.set_title("autocast + packing: loss per step (random model, random tokens)")
+    curves.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results"
     k = load(folder, "kernel.json")
@@ -116,6 +168,10 @@ def main():
             print(f"### {name}\n\n" + e2e_table(e) + "\n")
             if any("profile" in r for r in e["rows"]):
                 print(f"### {name}: profile split\n\n" + profile_table(e) + "\n")
+    rows = trainer_rows(folder)
+    if rows:
+        print("### trainer/trainer.json (benchmarks/trainer_matrix.sh)\n\n" + trainer_table(rows) + "\n")
+        trainer_plot(rows, os.path.join(folder, "trainer", "trainer.png"))
     for sub in ("clocks_8k", "clocks_adamw_8k"):
         if os.path.isdir(os.path.join(folder, sub)):
             print(f"### {sub}/ (gpu_clocks.py, busy samples)\n\n" + clocks_table(os.path.join(folder, sub)) + "\n")

@@ -311,7 +311,9 @@ def test_ffpa_kernels_from_disk_match_a_fresh_compile_bit_for_bit(tmp_path):
     worker = os.path.join(os.path.dirname(__file__), "ffpa_disk_worker.py")
 
     def process(name, cache):
-        env = dict(os.environ, FFPA_PATCH_KERNEL_CACHE=cache)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        env = dict(os.environ, FFPA_PATCH_KERNEL_CACHE=cache, PYTHONPATH=path)
         done = subprocess.run([sys.executable, worker, str(tmp_path / name)], env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1]), torch.load(tmp_path / name)
