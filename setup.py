@@ -13,7 +13,7 @@ setup(
     extras_require={
         "ffpa": ["ffpa-attn==0.2.4"],
         "fa4": ["flash-attn-4>=4.0.0b36"],
-        "test": ["pytest>=8", "accelerate>=1.1"],
+        "test": ["pytest>=8", "accelerate>=1.1", "peft>=0.15", "trl>=0.20", "datasets>=3"],
     },
     entry_points={"console_scripts": ["ffpa-patch = ffpa_patch.cli:main"]},
 )
