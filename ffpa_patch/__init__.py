@@ -16,10 +16,12 @@ from . import env, runtime, versions
 from .patches import ALL as _PATCH_CLASSES
 from .registry import APPLIED, PENDING, SKIPPED, Patch
 from .report import Status
+from .runtime import FFPAFallbackError
 from .routing import stats as _stats
 from .wrapping import when_imported
 
-__all__ = ["apply", "revert", "is_applied", "status", "stats", "reset_stats", "UnsupportedVersionError", "PATCH_NAMES"]
+__all__ = ["apply", "revert", "is_applied", "status", "stats", "reset_stats", "UnsupportedVersionError",
+           "FFPAFallbackError", "PATCH_NAMES", "checkpointing"]
 __version__ = "0.1.0"
 
 log = logging.getLogger("ffpa_patch")
@@ -198,6 +200,15 @@ def stats() -> list[dict]:
 
 def reset_stats() -> None:
     _stats.reset()
+
+
+def __getattr__(name: str):
+    """``ffpa_patch.checkpointing`` without its own import (it imports torch, so only on use)."""
+    if name == "checkpointing":
+        import importlib
+
+        return importlib.import_module(".checkpointing", __name__)
+    raise AttributeError(f"module 'ffpa_patch' has no attribute {name!r}")
 
 
 def _activate_on_import() -> None:

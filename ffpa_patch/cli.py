@@ -1,4 +1,4 @@
-"""ffpa-patch run | status [--json] [--config PATH] | doctor | startup-path"""
+"""ffpa-patch run | status [--json] [--config PATH] | doctor | startup-path | sitecustomize-path"""
 from __future__ import annotations
 
 import argparse
@@ -23,7 +23,14 @@ def _status(as_json: bool, config: str | None = None) -> int:
     if config:
         from ffpa_patch.plan import layer_plan, load_text_config
 
-        text_config = load_text_config(config)
+        if not os.path.exists(config):
+            print(f"ffpa-patch status: --config {config}: no such file or folder (a local model folder or config.json)", file=sys.stderr)
+            return 2
+        try:
+            text_config = load_text_config(config)
+        except Exception as exc:
+            print(f"ffpa-patch status: --config {config}: not a readable model config ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return 2
         data["plan"] = {b: layer_plan(text_config, b) for b in ("ffpa", "sdpa")}
     if as_json:
         print(json.dumps(data, indent=1))
@@ -55,26 +62,45 @@ def _kernel_report() -> dict:
         return {"torch": f"not importable ({exc})"}
 
 
+def _bootstrap() -> str:
+    """The installed package's sitecustomize folder (sitecustomize_example/ is the clone's copy)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
+
+
 def _run(cmd: list[str]) -> int:
     if not cmd:
         print("usage: ffpa-patch run -- CMD [ARGS...]", file=sys.stderr)
         return 2
-    boot = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
+    boot = _bootstrap()
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (boot, os.environ.get("PYTHONPATH", "")) if p)
-    os.execvp(cmd[0], cmd)
+    try:
+        os.execvp(cmd[0], cmd)
+    except OSError as exc:  # not found, not executable
+        print(f"ffpa-patch run: cannot run {cmd[0]!r}: {exc.strerror}", file=sys.stderr)
+        return 127
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ffpa_patch import __version__
+
     ap = argparse.ArgumentParser(prog="ffpa-patch", description="FFPA attention for stock Transformers Gemma4")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap.add_argument("--version", action="version", version=f"ffpa-patch {__version__}")
+    sub = ap.add_subparsers(dest="cmd")
     st = sub.add_parser("status", help="versions, patches, kernels, routing counts")
     st.add_argument("--json", action="store_true")
     st.add_argument("--config", help="a local model folder or config.json: show where each layer type would go (never downloads)")
     run = sub.add_parser("run", help="run CMD with ffpa_patch active in every Python process")
     run.add_argument("command", nargs=argparse.REMAINDER)
     sub.add_parser("startup-path", help="print the PYTHONSTARTUP file's path")
+    sub.add_parser("sitecustomize-path", help="print the folder to put first on PYTHONPATH (what `run` does)")
     sub.add_parser("doctor", help="run one small FFPA forward/backward against the fp32 reference")
     args = ap.parse_args(argv)
+    if args.cmd is None:
+        ap.print_help()
+        return 2
+    if args.cmd == "sitecustomize-path":
+        print(_bootstrap())
+        return 0
     if args.cmd == "status":
         return _status(args.json, args.config)
     if args.cmd == "doctor":

@@ -16,11 +16,7 @@ from ..kernels import flex
 from . import decide as decide_mod
 from . import announce, compiled, masks, precision, stats
 from .decide import CP_REASON, EAGER, FA4, FFPA, FLEX, CallFacts, Route
-
-
-
-class FFPAFallbackError(RuntimeError):
-    """Strict mode: a head_dim > 256 full layer did not run FFPA."""
+from ..runtime import FFPAFallbackError  # noqa: F401  (raised here; importable from here as before)
 
 
 _CP_MODULE = "torch.distributed.tensor.experimental._context_parallel._attention"
