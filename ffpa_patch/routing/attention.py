@@ -108,8 +108,13 @@ def route_attention(
         route = Route(route.kernel, run.note(route.reason))
         query, key, value = precision.cast(run, query, key, value)
     _account(module, backend, is_sliding, head_dim, route)
-    if not route.fused and attention_mask is None and window is not None and facts.kv_len > window:
-        # the "ffpa" mask function left a plain sliding window to the kernels (patches/attention_backend.py)
+    if not route.fused and attention_mask is None and (
+        (window is not None and facts.kv_len > window) or (facts.is_causal and 1 < facts.q_len < facts.kv_len)
+    ):
+        # A missing mask means bottom-right causal (the kernels' semantics): the "ffpa" mask
+        # function left a plain sliding window to the kernels (patches/attention_backend.py),
+        # or fewer queries than keys (KV-shared layers, logits_to_keep). SDPA's is_causal
+        # would align top-left, so the fallback gets the mask spelled out.
         attention_mask = masks.causal(facts.q_len, facts.kv_len, query.device, window)
 
     if route.kernel == FLEX:

@@ -6,10 +6,12 @@ key not padding" (plus the sliding window): then the call is ``dense`` (no
 padding, one sequence per row) or ``varlen`` (padding and/or packed sequences,
 described by cu_seqlens and per-position segment ids). Anything else
 (bidirectional image blocks, custom masks) is ``other``: FlexAttention can
-take it as a bool mask, otherwise SDPA gets the mask as given. A token is real
+take it as a bool mask, otherwise SDPA gets the mask as given; so does a float mask
+with any value besides 0 and the dtype's min (or -inf), i.e. a soft bias, and a batch
+with no real token at all. A token is real
 when it sees itself; a segment starts at a real token that cannot see the one
 before it. The result is cached per mask buffer: all layers of one kind share
-one mask per forward.
+one mask per forward, except for inference tensors, which keep no version counter.
 """
 from __future__ import annotations
 
@@ -56,6 +58,8 @@ def _identity(mask: torch.Tensor) -> tuple[weakref.ref, tuple]:
 
 
 def analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
+    if _version(mask) is None:  # an inference tensor: an in-place edit would go unseen, so no cache
+        return _analyse(mask, batch, window)
     owner, fingerprint = _identity(mask)
     for ref, seen, win, b, layout in _cache:
         if ref() is not None and ref() is owner() and seen == fingerprint and win == window and b == batch:
@@ -70,7 +74,14 @@ def _analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     other = Layout("other", allowed=mask if is_bool_4d(mask) else None)
     if mask.dim() != 4 or mask.shape[-1] != mask.shape[-2]:
         return other
-    allowed = mask if mask.dtype == torch.bool else mask == 0
+    if mask.dtype == torch.bool:
+        allowed = mask
+    else:
+        allowed = mask == 0
+        # Only 0 (attend) and the dtype's min or -inf (masked) are a hard mask; a finite bias
+        # (a soft mask, ALiBi) must reach SDPA as given.
+        if not bool((allowed | (mask <= torch.finfo(mask.dtype).min)).all()):
+            return other
     if allowed.shape[1] != 1 and not bool((allowed == allowed[:, :1]).all()):
         return other
     allowed = allowed[:, 0]
@@ -93,6 +104,8 @@ def _analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     real, starts, segment = (t.expand(batch, seq) for t in (real, starts, segment))
     if bool((real.all(-1) & (starts.sum(-1) == 1)).all()):
         return Layout("dense")
+    if not bool(real.any()):  # nothing but padding (or batch 0): stock's own handling, via SDPA
+        return other
     per_row = starts.sum(-1)
     row_offset = torch.nn.functional.pad(per_row.cumsum(0)[:-1], (1, 0))
     global_segment = (segment + row_offset[:, None]).flatten()
