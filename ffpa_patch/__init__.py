@@ -12,7 +12,7 @@ import sys
 import warnings
 from typing import Iterable
 
-from . import env, runtime, versions
+from . import env, loud, runtime, versions
 from .patches import ALL as _PATCH_CLASSES
 from .registry import APPLIED, PENDING, SKIPPED, Patch
 from .report import Status
@@ -43,17 +43,18 @@ class FFPAPatchWarning(UserWarning):
 
 
 def _say(explicit: bool, msg: str) -> None:
-    """Warn on the explicit path; log once on the automatic one."""
+    """Warn on the explicit path (pointing at the caller of apply()); on the automatic one,
+    one line to the logger or, when logging is not configured, stderr."""
     if explicit:
-        warnings.warn(msg, FFPAPatchWarning, stacklevel=3)
+        warnings.warn(msg, FFPAPatchWarning, stacklevel=4)  # _say <- _apply <- apply <- caller
     elif msg not in _logged:
         _logged.add(msg)
-        log.warning(msg)
+        loud.emit(msg, logging.WARNING)
 
 
 def _select(targets: Iterable[str] | None, exclude: Iterable[str], settings: env.Settings) -> list[str]:
-    chosen = set(targets) if targets is not None else set(settings.targets or PATCH_NAMES)
-    dropped = set(exclude) | settings.exclude
+    chosen = {t.lower() for t in targets} if targets is not None else set(settings.targets or PATCH_NAMES)
+    dropped = {e.lower() for e in exclude} | settings.exclude
     unknown = (chosen | dropped) - set(PATCH_NAMES)
     if unknown:
         raise ValueError(f"unknown ffpa_patch target(s) {sorted(unknown)}; known: {list(PATCH_NAMES)}")
@@ -88,7 +89,7 @@ def _apply(*, explicit: bool, strict: bool | None, targets, exclude, force: bool
     if problems and not force:
         msg = "ffpa_patch not applied: " + "; ".join(problems) + ". Set FFPA_PATCH_FORCE=1 (or force=True) to patch anyway."
         _message[0] = msg
-        if strict and explicit:
+        if strict:
             raise UnsupportedVersionError(msg)
         _say(explicit, msg)
         return status()
@@ -214,10 +215,11 @@ def __getattr__(name: str):
 def _activate_on_import() -> None:
     try:
         _apply(explicit=False, strict=None, targets=None, exclude=(), force=None)
-    except Exception as exc:  # never break the user's import
-        if env.read().strict:
+    except Exception as exc:  # never break the user's import, unless FFPA_PATCH_STRICT=1 asked for it
+        _message[0] = f"not applied: {exc}"
+        if env.strict_requested():
             raise
-        log.warning("ffpa_patch: activation on import failed: %s", exc)
+        _say(False, f"ffpa_patch not applied: {exc}")
 
 
 _activate_on_import()

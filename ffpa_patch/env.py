@@ -1,19 +1,27 @@
-"""Every FFPA_PATCH_* environment variable, parsed in one place (at apply time, and when a kernel package is first imported)."""
+"""Every FFPA_PATCH_* environment variable, parsed in one place. A value that is not one of
+the accepted spellings is an error, never silently false."""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 
 _TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+SPELLINGS = "1/true/yes/on or 0/false/no/off"
 
 
 def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in _TRUE
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ValueError(f"{name}={os.environ[name]!r} is not a switch: use {SPELLINGS}")
 
 
 def _names(name: str) -> frozenset[str] | None:
     raw = os.environ.get(name, "").strip()
-    return frozenset(n.strip() for n in raw.split(",") if n.strip()) if raw else None
+    return frozenset(n.strip().lower() for n in raw.split(",") if n.strip()) if raw else None
 
 
 @dataclass(frozen=True)
@@ -23,15 +31,25 @@ class Settings:
     force: bool  # FFPA_PATCH_FORCE=1: patch outside the supported version range
     targets: frozenset[str] | None  # FFPA_PATCH_TARGETS=a,b: only these patches
     exclude: frozenset[str]  # FFPA_PATCH_EXCLUDE=a,b: never these patches
-    kernel_cache: str  # FFPA_PATCH_KERNEL_CACHE=DIR: flash-attn-4's on-disk kernels ("0" = off, "" = default)
 
 
 def read() -> Settings:
+    """At apply time; raises ValueError on a value that is not an accepted spelling."""
     return Settings(
         disable=_flag("FFPA_PATCH_DISABLE"),
         strict=_flag("FFPA_PATCH_STRICT"),
         force=_flag("FFPA_PATCH_FORCE"),
         targets=_names("FFPA_PATCH_TARGETS"),
         exclude=_names("FFPA_PATCH_EXCLUDE") or frozenset(),
-        kernel_cache=os.environ.get("FFPA_PATCH_KERNEL_CACHE", "").strip(),
     )
+
+
+def strict_requested() -> bool:
+    """FFPA_PATCH_STRICT, read where an error must not hide another (a bad value counts as no)."""
+    return os.environ.get("FFPA_PATCH_STRICT", "").strip().lower() in _TRUE
+
+
+def kernel_cache() -> str:
+    """FFPA_PATCH_KERNEL_CACHE=DIR: where compiled kernels are kept ("0" = off, "" = default).
+    Read when a kernel package is first imported, so on its own: never raises."""
+    return os.environ.get("FFPA_PATCH_KERNEL_CACHE", "").strip()

@@ -41,7 +41,7 @@ def default_root() -> str:
 
 def root() -> tuple[str | None, str]:
     """The cache root, or None and why there is none."""
-    wanted = env.read().kernel_cache
+    wanted = env.kernel_cache()
     if wanted.lower() in OFF:
         return None, "off (FFPA_PATCH_KERNEL_CACHE=0)"
     directory = os.path.abspath(os.path.expanduser(wanted)) if wanted else default_root()

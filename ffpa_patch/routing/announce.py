@@ -7,12 +7,10 @@ Goes to the ``ffpa_patch`` logger at INFO, or to stderr when logging is not conf
 """
 from __future__ import annotations
 
-import logging
-import sys
 import weakref
 from collections import Counter
 
-log = logging.getLogger("ffpa_patch")
+from .. import loud
 # Configs are unhashable: keyed by id, with a weak reference to tell a reused id apart.
 _done: dict[int, weakref.ref] = {}
 _pending: dict[int, Counter] = {}
@@ -34,7 +32,4 @@ def note(module, backend: str, layer: str, kernel: str, reason: str) -> None:
 
 
 def emit(msg: str) -> None:
-    if logging.getLogger().handlers or any(not isinstance(h, logging.NullHandler) for h in log.handlers):
-        log.info(msg)
-    else:
-        print(msg, file=sys.stderr)
+    loud.emit(msg)
