@@ -7,8 +7,10 @@ the explicit, idempotent form; ``revert()`` puts back exactly what was there.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import sys
+import threading
 import warnings
 from typing import Iterable
 
@@ -32,6 +34,18 @@ PATCH_NAMES = tuple(_patches)
 _wanted: set[str] = set()
 _message = ["not applied"]
 _logged: set[str] = set()
+# apply(), revert() and the post-import hooks (which run on whichever thread imports first)
+# change the same patches: one lock for all of them. Re-entrant: a hook can fire inside apply().
+_lock = threading.RLock()
+
+
+def _locked(fn):
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        with _lock:
+            return fn(*args, **kwargs)
+
+    return guarded
 
 
 class UnsupportedVersionError(RuntimeError):
@@ -62,6 +76,7 @@ def _select(targets: Iterable[str] | None, exclude: Iterable[str], settings: env
 
 
 def _hook(name: str):
+    @_locked
     def on_import(module) -> None:
         patch = _patches[name]
         if name not in _wanted or patch.applied:
@@ -77,6 +92,7 @@ def _hook(name: str):
 _hooks = {name: _hook(name) for name in PATCH_NAMES}
 
 
+@_locked
 def _apply(*, explicit: bool, strict: bool | None, targets, exclude, force: bool | None) -> Status:
     settings = env.read()
     if settings.disable:
@@ -133,6 +149,7 @@ def apply(*, strict: bool | None = None, targets: Iterable[str] | None = None, e
     return _apply(explicit=True, strict=strict, targets=targets, exclude=exclude, force=force)
 
 
+@_locked
 def revert() -> Status:
     """Undo every patch exactly; later imports are left alone."""
     _wanted.clear()

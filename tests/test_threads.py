@@ -1,0 +1,43 @@
+"""apply() and revert() from many threads at once leave exactly one consistent state."""
+import sys
+import threading
+
+import ffpa_patch
+
+
+def test_eight_threads_applying_and_reverting_leave_stock_exactly_as_it_was():
+    import transformers.integrations.sdpa_attention as sdpa_module
+    import transformers.models.gemma4.modeling_gemma4 as gemma4
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
+
+    ffpa_patch.revert()
+    stock = (sdpa_module.sdpa_attention_forward, gemma4.ALL_ATTENTION_FUNCTIONS, AttentionInterface._global_mapping["sdpa"])
+    errors, start = [], threading.Barrier(8)
+
+    def churn():
+        start.wait()
+        try:
+            for _ in range(60):
+                ffpa_patch.apply()
+                ffpa_patch.revert()
+        except Exception as exc:  # e.g. "already wrapped", "already has a 'ffpa' entry that is not ours"
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=churn) for _ in range(8)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: races show in a few rounds
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert (sdpa_module.sdpa_attention_forward, gemma4.ALL_ATTENTION_FUNCTIONS, AttentionInterface._global_mapping["sdpa"]) == stock
+    assert gemma4.ALL_ATTENTION_FUNCTIONS is ALL_ATTENTION_FUNCTIONS
+    assert "ffpa" not in AttentionInterface._global_mapping
+    status = ffpa_patch.apply()
+    assert all(p["state"] not in ("failed",) for p in status.patches), status
+    assert "ffpa" in AttentionInterface._global_mapping and gemma4.ALL_ATTENTION_FUNCTIONS is not ALL_ATTENTION_FUNCTIONS
+    ffpa_patch.revert()
