@@ -26,11 +26,12 @@ def _logits(model, ids):
         return model(ids).logits
 
 
-def test_fix_removes_enable_gqa_at_head_dim_512_and_keeps_logits(sdpa_calls):
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])  # 1 alone would hide a missing repeat: it broadcasts
+def test_fix_removes_enable_gqa_at_head_dim_512_and_keeps_logits(sdpa_calls, kv_heads):
     from transformers.integrations import sdpa_attention
 
     ffpa_patch.revert()
-    model = tiny.causal_lm("dense31b", attn="eager")
+    model = tiny.causal_lm("dense31b", attn="eager", num_attention_heads=8, num_global_key_value_heads=kv_heads)
     ids = torch.randint(0, 128, (1, 24))
     reference = _logits(model, ids)
     model.set_attn_implementation("sdpa")
