@@ -68,6 +68,9 @@ class Patch:
         except TargetNotFound as exc:
             self.state, self.reason = TARGET_NOT_FOUND, str(exc)
             return self.state
+        except Exception as exc:  # e.g. a conflicting registry entry: status must say so
+            self.state, self.reason = FAILED, f"{type(exc).__name__}: {exc}"
+            raise
         if not needed:
             self.state, self.reason = NOT_NEEDED, why
             return self.state

@@ -149,3 +149,31 @@ def test_registry_entry_restored_or_deleted():
     undo_old()
     undo_new()
     assert reg == {"a": 1}
+
+
+def test_a_drifted_gemma4_layout_reads_target_not_found():
+    import types
+
+    from ffpa_patch.patches.gemma4_dropin import Gemma4DropIn
+
+    patch = Gemma4DropIn()
+    assert patch.apply_to(types.ModuleType("transformers.models.gemma4.modeling_gemma4")) == "target not found"
+    assert "no Gemma4TextAttention" in patch.reason and not patch.applied
+
+
+def test_a_conflicting_ffpa_entry_reads_failed_with_the_reason():
+    from transformers import modeling_utils
+    from transformers.modeling_utils import AttentionInterface
+
+    import ffpa_patch
+    from ffpa_patch.patches.attention_backend import FFPABackend
+
+    ffpa_patch.revert()
+    AttentionInterface._global_mapping["ffpa"] = lambda *a, **k: None  # someone else's "ffpa"
+    try:
+        patch = FFPABackend()
+        with pytest.raises(RuntimeError, match="not ours"):
+            patch.apply_to(modeling_utils)
+        assert patch.state == "failed" and "not ours" in patch.reason
+    finally:
+        del AttentionInterface._global_mapping["ffpa"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..registry import Patch
+from ..registry import Patch, TargetNotFound
 from ..wrapping import Undo, set_attribute
 
 
@@ -37,7 +37,7 @@ class Gemma4DropIn(Patch):
 
     def is_needed(self, module: Any) -> tuple[bool, str]:
         if not hasattr(module, "Gemma4TextAttention") or not hasattr(module, "ALL_ATTENTION_FUNCTIONS"):
-            raise RuntimeError("modeling_gemma4 has no Gemma4TextAttention / ALL_ATTENTION_FUNCTIONS")
+            raise TargetNotFound("modeling_gemma4 has no Gemma4TextAttention / ALL_ATTENTION_FUNCTIONS")
         return True, "Gemma4TextAttention under sdpa routes full layers to FFPA"
 
     def install(self, module: Any, record: Callable[[Undo], None]) -> None:
