@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 import threading
 import warnings
@@ -16,7 +17,7 @@ from typing import Iterable
 
 from . import env, loud, runtime, versions
 from .patches import ALL as _PATCH_CLASSES
-from .registry import APPLIED, PENDING, SKIPPED, Patch
+from .registry import APPLIED, NOT_APPLIED, PENDING, SKIPPED, UNSUPPORTED, Patch
 from .report import Status
 from .runtime import FFPAFallbackError
 from .routing import stats as _stats
@@ -56,11 +57,20 @@ class FFPAPatchWarning(UserWarning):
     pass
 
 
+def _callers_level() -> int:
+    """warnings' stacklevel of the first frame outside this package (seen from _say)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _say(explicit: bool, msg: str) -> None:
     """Warn on the explicit path (pointing at the caller of apply()); on the automatic one,
     one line to the logger or, when logging is not configured, stderr."""
     if explicit:
-        warnings.warn(msg, FFPAPatchWarning, stacklevel=4)  # _say <- _apply <- apply <- caller
+        warnings.warn(msg, FFPAPatchWarning, stacklevel=_callers_level())
     elif msg not in _logged:
         _logged.add(msg)
         loud.emit(msg, logging.WARNING)
@@ -101,14 +111,29 @@ def _apply(*, explicit: bool, strict: bool | None, targets, exclude, force: bool
     strict = settings.strict if strict is None else strict
     force = settings.force if force is None else force
     names = _select(targets, exclude, settings)
-    problems = versions.gate_problems(versions.check_all())
+    checks = versions.check_all()
+    blocked = {n: versions.gate_problems([c for c in checks if c.name in _patches[n].dependencies]) for n in names}
+    problems = list(dict.fromkeys(m for n in names for m in blocked[n]))
+    for name in names:  # judged afresh at each apply()
+        if _patches[name].state == UNSUPPORTED:
+            _patches[name].state, _patches[name].reason = NOT_APPLIED, ""
+    off = []
     if problems and not force:
-        msg = "ffpa_patch not applied: " + "; ".join(problems) + ". Set FFPA_PATCH_FORCE=1 (or force=True) to patch anyway."
-        _message[0] = msg
+        off = [n for n in names if blocked[n]]
+        hint = ". Set FFPA_PATCH_FORCE=1 (or force=True) to patch anyway."
+        if len(off) == len(names):
+            msg = "ffpa_patch not applied: " + "; ".join(problems) + hint
+        else:
+            msg = f"ffpa_patch: {', '.join(off)} off: " + "; ".join(problems) + hint
         if strict:
             raise UnsupportedVersionError(msg)
         _say(explicit, msg)
-        return status()
+        for name in off:
+            _patches[name].state, _patches[name].reason = UNSUPPORTED, "; ".join(blocked[name])
+        names = [n for n in names if not blocked[n]]
+        if not names:
+            _message[0] = msg
+            return status()
     runtime.strict = strict
     newly_applied: list[Patch] = []
     for name in names:
@@ -133,7 +158,9 @@ def _apply(*, explicit: bool, strict: bool | None, targets, exclude, force: bool
     _wanted.update(names)
     for name in names:
         when_imported(_patches[name].module, _hooks[name])
-    _message[0] = "active" + (" (FORCED outside the supported versions)" if problems else "")
+    _message[0] = "active" + (" (FORCED outside the supported versions)" if problems and force else "")
+    if off:
+        _message[0] += f" ({', '.join(off)} off: unsupported versions)"
     return status()
 
 
@@ -156,6 +183,8 @@ def revert() -> Status:
     for patch in reversed(list(_patches.values())):
         if patch.applied:
             patch.revert()
+        elif patch.state == UNSUPPORTED:
+            patch.state, patch.reason = NOT_APPLIED, "reverted"
     disk = sys.modules.get("ffpa_patch.kernels.disk_cache")
     if disk is not None:
         disk.restore()

@@ -22,6 +22,7 @@ SKIPPED = "skipped"
 FAILED = "failed"
 NOT_APPLIED = "not applied"
 TARGET_NOT_FOUND = "target not found"
+UNSUPPORTED = "unsupported versions"
 
 
 class TargetNotFound(Exception):
@@ -35,6 +36,9 @@ class Patch:
     name: str = ""
     module: str = ""
     summary: str = ""
+    #: distributions (keys of versions.SUPPORTED) whose range this patch relies on: one
+    #: out of range turns off this patch only (an optional one only when installed).
+    dependencies: tuple[str, ...] = ("transformers", "torch")
 
     def __init__(self) -> None:
         self._undo: list[Undo] = []

@@ -61,3 +61,28 @@ def test_unknown_target_is_a_clear_error():
 def test_supported_range_lives_in_one_constant():
     assert versions.SUPPORTED["transformers"].startswith(">=5.5.0")
     assert versions.check("transformers").supported == versions.SUPPORTED["transformers"]
+
+
+def test_an_optional_package_out_of_range_turns_off_only_the_patch_that_needs_it(monkeypatch):
+    import transformers.modeling_utils  # noqa: F401
+    import transformers.models.gemma4.modeling_gemma4  # noqa: F401
+
+    real = versions.installed
+    monkeypatch.setattr(versions, "installed", lambda d: Version("9.0.0") if d == "nemo-automodel" else real(d))
+    ffpa_patch.revert()
+    try:
+        with pytest.warns(UserWarning, match=r"nemo_moe_ring off: nemo-automodel 9\.0\.0 \(UNSUPPORTED"):
+            st = ffpa_patch.apply()
+        rows = {p["name"]: p for p in st.patches}
+        assert rows["ffpa_backend"]["state"] == "applied" and rows["gemma4_dropin"]["state"] == "applied"
+        assert rows["nemo_moe_ring"]["state"] == "unsupported versions"
+        assert "nemo-automodel 9.0.0" in rows["nemo_moe_ring"]["reason"]
+        assert st.active and st.message == "active (nemo_moe_ring off: unsupported versions)"
+        with pytest.raises(ffpa_patch.UnsupportedVersionError, match="nemo-automodel 9.0.0"):
+            ffpa_patch.apply(strict=True)
+    finally:
+        ffpa_patch.revert()
+    monkeypatch.setattr(versions, "installed", real)
+    rows = {p["name"]: p for p in ffpa_patch.apply().patches}
+    assert rows["nemo_moe_ring"]["state"] != "unsupported versions"  # judged afresh
+    ffpa_patch.revert()

@@ -65,6 +65,7 @@ def plain_sliding_window(kw: dict) -> bool:
 
 class FFPABackend(Patch):
     name = "ffpa_backend"
+    dependencies = ("transformers", "torch", "ffpa-attn", "flash-attn-4")
     module = "transformers.modeling_utils"
     summary = 'attn_implementation="ffpa": FFPA full layers, flash-attn-4 sliding layers, exact fallbacks'
 

@@ -32,6 +32,7 @@ def make_dropin_sdpa(text_attention_cls: type) -> Callable:
 
 class Gemma4DropIn(Patch):
     name = "gemma4_dropin"
+    dependencies = ("transformers", "torch", "ffpa-attn", "flash-attn-4")
     module = "transformers.models.gemma4.modeling_gemma4"
     summary = 'Gemma4 on the default "sdpa": head_dim-512 full layers run FFPA'
 

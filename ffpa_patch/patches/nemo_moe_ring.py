@@ -33,6 +33,7 @@ def _attach_with_policy(wrapped, instance, args, kwargs):
 
 class NemoMoERing(Patch):
     name = "nemo_moe_ring"
+    dependencies = ("transformers", "torch", "nemo-automodel")
     module = "nemo_automodel.components.models.gemma4_moe.model"
     summary = "NeMo-Automodel 0.6.x Gemma4-MoE ring CP passes use_ffpa=True when cp_full_attn_backend is ffpa"
 
