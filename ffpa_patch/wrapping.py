@@ -47,6 +47,22 @@ def make_wrapper(original: Any, wrapper: Callable, name: str) -> tuple[wrapt.Fun
     return fw, switch
 
 
+def traceable(original: Callable, wrapper: Callable, switch: _Switch, name: str) -> Callable:
+    """A plain function doing what ``wrapt.FunctionWrapper(original, wrapper, enabled=switch)``
+    does, for places torch.compile traces through (Dynamo cannot guard on a wrapt object:
+    "FuncDefaultsGuardAccessor: Not a function", an AssertionError on Transformers 5.5-5.12)."""
+    import functools
+
+    @functools.wraps(original)
+    def call(*args, **kwargs):
+        if switch():
+            return wrapper(original, None, args, kwargs)
+        return original(*args, **kwargs)
+
+    _ours[id(call)] = (call, name)
+    return call
+
+
 def wrap_attribute(owner: Any, path: str, wrapper: Callable, name: str) -> tuple[wrapt.FunctionWrapper, _Switch, Undo]:
     """Wrap ``owner.path`` (``"func"`` or ``"Class.method"``) with a wrapt wrapper."""
     parent, attribute, original = wrapt.resolve_path(owner, path)

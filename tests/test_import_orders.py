@@ -17,7 +17,10 @@ def probe():
         out["ffpa_registered"] = "ffpa" in AttentionInterface._global_mapping and "ffpa" in AttentionMaskInterface._global_mapping
         entry = AttentionInterface._global_mapping["sdpa"]
         out["sdpa_entry_wrapped"] = entry is not sdpa_attention.sdpa_attention_forward.__wrapped__ if hasattr(sdpa_attention.sdpa_attention_forward, "__wrapped__") else False
-        out["sdpa_entry_is_module_attr"] = entry is sdpa_attention.sdpa_attention_forward
+        attr = sdpa_attention.sdpa_attention_forward
+        # both stock, or both ours around the same original (the registry's is a plain function)
+        out["sdpa_entry_is_module_attr"] = entry is attr or (
+            hasattr(attr, "__wrapped__") and getattr(entry, "__wrapped__", None) is attr.__wrapped__)
         out["sdpa_module_wrapped"] = hasattr(sdpa_attention.sdpa_attention_forward, "__wrapped__")
     g = sys.modules.get("transformers.models.gemma4.modeling_gemma4")
     if g is not None:

@@ -3,8 +3,9 @@
 Those versions pass ``enable_gqa=True`` whenever the mask is None. No fused SDPA
 kernel takes GQA broadcast above head_dim 256, so Gemma4's 512-dim full layers
 silently ran the MATH kernel and materialised S x S scores. For exactly that case
-the wrapper repeats K/V and calls SDPA itself (what 5.13+ does); every other call
-goes to the original unchanged.
+the wrapper repeats K/V (what 5.13+ does) and calls what it wraps with the module's
+``num_key_value_groups`` hidden, so no ``enable_gqa`` is added and an earlier wrapper
+still runs; every other call goes to the original unchanged.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import inspect
 from typing import Any, Callable
 
 from ..registry import Patch
-from ..wrapping import Undo, set_mapping_entry, wrap_attribute
+from ..wrapping import Undo, set_mapping_entry, traceable, wrap_attribute
 
 _MAX_GQA_HEAD_DIM = 256
 _PARAMS = ("module", "query", "key", "value", "attention_mask", "dropout", "scaling", "is_causal")
@@ -39,9 +40,23 @@ def needs_repeat(module: Any, key: Any, value: Any, attention_mask: Any) -> bool
     )
 
 
-def make_fixed_sdpa(repeat_kv: Callable) -> Callable:
-    import torch
+class _RepeatedAlready:
+    """The attention module as the wrapped ``sdpa_attention_forward`` sees it once K/V are
+    repeated: every attribute but ``num_key_value_groups``, whose presence is what makes
+    5.5-5.12 pass ``enable_gqa``. So whatever was wrapped (Transformers' own function, or an
+    earlier wrapper such as an fp32-upcast override) still runs, on a mask-free call that a
+    fused kernel takes."""
 
+    def __init__(self, module: Any):
+        object.__setattr__(self, "_module", module)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "num_key_value_groups":
+            raise AttributeError(name)
+        return getattr(self._module, name)
+
+
+def make_fixed_sdpa(repeat_kv: Callable) -> Callable:
     def fixed_sdpa(wrapped, instance, args, kwargs):
         call = dict(zip(_PARAMS, args))
         call.update((k, kwargs[k]) for k in _PARAMS if k in kwargs)
@@ -50,21 +65,11 @@ def make_fixed_sdpa(repeat_kv: Callable) -> Callable:
         module, key, value = call["module"], call["key"], call["value"]
         if not needs_repeat(module, key, value, call["attention_mask"]):
             return wrapped(*args, **kwargs)
-        query = call["query"]
         n_rep = module.num_key_value_groups
         key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
-        is_causal = call.get("is_causal")
-        is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-        out = torch.nn.functional.scaled_dot_product_attention(
-            query,
-            key,
-            value,
-            attn_mask=None,
-            dropout_p=call.get("dropout", 0.0),
-            scale=call.get("scaling"),
-            is_causal=query.shape[2] > 1 and bool(is_causal),
-        )
-        return out.transpose(1, 2).contiguous(), None
+        rest = {k: v for k, v in kwargs.items() if k not in _PARAMS}
+        rest.update((k, call[k]) for k in _PARAMS[5:] if k in call)
+        return wrapped(_RepeatedAlready(module), call["query"], key, value, None, **rest)
 
     return fixed_sdpa
 
@@ -85,9 +90,11 @@ class SdpaRepeatKV(Patch):
         from transformers.integrations import sdpa_attention
 
         original = sdpa_attention.sdpa_attention_forward
-        fw, switch, undo = wrap_attribute(sdpa_attention, "sdpa_attention_forward", make_fixed_sdpa(sdpa_attention.repeat_kv), self.name)
+        fixed = make_fixed_sdpa(sdpa_attention.repeat_kv)
+        fw, switch, undo = wrap_attribute(sdpa_attention, "sdpa_attention_forward", fixed, self.name)
         record(undo)
         mapping = module.AttentionInterface._global_mapping
         if mapping.get("sdpa") is not original:
             raise RuntimeError("the 'sdpa' attention registry entry is not Transformers' own; refusing to guess")
-        record(set_mapping_entry(mapping, "sdpa", fw, on_replaced=switch.off))
+        # the registry entry is what models call, inside compiled graphs too: a plain function
+        record(set_mapping_entry(mapping, "sdpa", traceable(original, fixed, switch, self.name), on_replaced=switch.off))
