@@ -8,6 +8,7 @@ the explicit, idempotent form; ``revert()`` puts back exactly what was there.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import os
 import sys
@@ -17,7 +18,7 @@ from typing import Iterable
 
 from . import env, loud, runtime, versions
 from .patches import ALL as _PATCH_CLASSES
-from .registry import APPLIED, NOT_APPLIED, PENDING, SKIPPED, UNSUPPORTED, Patch
+from .registry import APPLIED, NOT_APPLIED, NOT_INSTALLED, PENDING, SKIPPED, UNSUPPORTED, Patch
 from .report import Status
 from .runtime import FFPAFallbackError
 from .routing import stats as _stats
@@ -201,7 +202,11 @@ def is_applied() -> bool:
 def _patch_row(patch: Patch) -> dict:
     state, reason = patch.state, patch.reason
     if patch.name in _wanted and not patch.applied and state not in ("not needed", "failed"):
-        state, reason = PENDING, f"{patch.module} not imported yet"
+        top = patch.module.split(".")[0]
+        if top not in sys.modules and importlib.util.find_spec(top) is None:
+            state, reason = NOT_INSTALLED, f"{top} is not installed"
+        else:
+            state, reason = PENDING, f"{patch.module} not imported yet"
     elif patch.name not in _wanted and not patch.applied and state == "not applied" and _wanted:
         state, reason = SKIPPED, "excluded by targets/exclude"
     try:

@@ -23,6 +23,7 @@ FAILED = "failed"
 NOT_APPLIED = "not applied"
 TARGET_NOT_FOUND = "target not found"
 UNSUPPORTED = "unsupported versions"
+NOT_INSTALLED = "not installed"
 
 
 class TargetNotFound(Exception):

@@ -24,7 +24,7 @@ class Status:
 
     def __str__(self) -> str:
         lines = [f"ffpa_patch: {self.message}" + (" [strict]" if self.strict else "")]
-        lines += [f"  {v.message}" for v in self.versions if v.installed or v.required]
+        lines += [f"  {v.message}" for v in self.versions]  # missing optional packages too, as --json has them
         lines.append("  patches:")
         for p in self.patches:
             lines.append(f"    {p['name']:<16} {p['state']:<18} {p['reason']}")

@@ -51,3 +51,16 @@ def test_names_the_readme_shows_resolve_after_a_plain_import():
     from ffpa_patch.routing.attention import FFPAFallbackError
 
     assert FFPAFallbackError is ffpa_patch.FFPAFallbackError
+
+
+def test_status_text_names_missing_optional_packages_and_uninstalled_targets():
+    import importlib.util
+
+    status = ffpa_patch.apply()
+    text = str(status)
+    for v in status.versions:
+        assert v.message in text  # installed or not, as in --json
+    if importlib.util.find_spec("nemo_automodel") is None:
+        row = next(p for p in status.patches if p["name"] == "nemo_moe_ring")
+        assert (row["state"], row["reason"]) == ("not installed", "nemo_automodel is not installed")
+        assert "nemo-automodel is not installed (optional" in text
