@@ -64,3 +64,15 @@ def test_status_text_names_missing_optional_packages_and_uninstalled_targets():
         row = next(p for p in status.patches if p["name"] == "nemo_moe_ring")
         assert (row["state"], row["reason"]) == ("not installed", "nemo_automodel is not installed")
         assert "nemo-automodel is not installed (optional" in text
+
+
+def test_on_a_machine_without_cuda_the_ffpa_patches_say_they_cannot_run():
+    import torch
+    import transformers.modeling_utils  # noqa: F401
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    rows = {p["name"]: p for p in ffpa_patch.apply().patches}
+    assert rows["ffpa_backend"]["state"] == "applied"
+    assert any("no CUDA device here" in w for w in rows["ffpa_backend"]["warnings"])
+    assert "WARNING: in place, but no CUDA device here" in str(ffpa_patch.status())

@@ -5,3 +5,18 @@ from .nemo_moe_ring import NemoMoERing
 from .sdpa_repeat_kv import SdpaRepeatKV
 
 ALL = (SdpaRepeatKV, FFPABackend, Gemma4DropIn, NemoMoERing)
+
+
+def kernels_cannot_run_here() -> list[str]:
+    """For the FFPA patches' status rows: in place is not the same as running FFPA.
+    Only asks torch if it is already imported (status() never imports it)."""
+    import importlib.util
+    import sys
+
+    torch = sys.modules.get("torch")
+    found = []
+    if torch is not None and not torch.cuda.is_available():
+        found.append("in place, but no CUDA device here: every call falls back to SDPA")
+    if importlib.util.find_spec("ffpa_attn") is None:
+        found.append("in place, but ffpa-attn is not installed: full layers fall back to SDPA (pip install '.[ffpa]')")
+    return found

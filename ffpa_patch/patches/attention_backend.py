@@ -77,6 +77,11 @@ class FFPABackend(Patch):
                 raise RuntimeError(f"{registry.__name__} already has a {BACKEND!r} entry that is not ours")
         return True, 'registers attn_implementation="ffpa"'
 
+    def warnings(self) -> list[str]:
+        from . import kernels_cannot_run_here
+
+        return kernels_cannot_run_here() if self.applied else []
+
     def install(self, module: Any, record: Callable[[Undo], None]) -> None:
         from transformers import masking_utils
 

@@ -41,6 +41,11 @@ class Gemma4DropIn(Patch):
             raise TargetNotFound("modeling_gemma4 has no Gemma4TextAttention / ALL_ATTENTION_FUNCTIONS")
         return True, "Gemma4TextAttention under sdpa routes full layers to FFPA"
 
+    def warnings(self) -> list[str]:
+        from . import kernels_cannot_run_here
+
+        return kernels_cannot_run_here() if self.applied else []
+
     def install(self, module: Any, record: Callable[[Undo], None]) -> None:
         current = module.ALL_ATTENTION_FUNCTIONS
         scoped = type(current)()
