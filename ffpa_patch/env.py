@@ -49,7 +49,9 @@ def strict_requested() -> bool:
     return os.environ.get("FFPA_PATCH_STRICT", "").strip().lower() in _TRUE
 
 
-def kernel_cache() -> str:
-    """FFPA_PATCH_KERNEL_CACHE=DIR: where compiled kernels are kept ("0" = off, "" = default).
-    Read when a kernel package is first imported, so on its own: never raises."""
-    return os.environ.get("FFPA_PATCH_KERNEL_CACHE", "").strip()
+def kernel_cache() -> str | None:
+    """FFPA_PATCH_KERNEL_CACHE=DIR: where compiled kernels are kept; None when switched off
+    (0/false/no/off/none), "" for the default. Read when a kernel package is first imported,
+    so on its own: never raises."""
+    raw = os.environ.get("FFPA_PATCH_KERNEL_CACHE", "").strip()
+    return None if raw.lower() in (_FALSE | {"none"}) - {""} else raw

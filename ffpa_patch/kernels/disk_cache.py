@@ -27,7 +27,6 @@ log = logging.getLogger("ffpa_patch")
 
 ENABLED = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
 DIRECTORY = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
-OFF = {"0", "off", "false", "no", "none"}
 HOW = "FFPA_PATCH_KERNEL_CACHE to move it, =0 for off"
 
 # What each package does with its compiled kernels, as found when it was imported.
@@ -42,7 +41,7 @@ def default_root() -> str:
 def root() -> tuple[str | None, str]:
     """The cache root, or None and why there is none."""
     wanted = env.kernel_cache()
-    if wanted.lower() in OFF:
+    if wanted is None:
         return None, "off (FFPA_PATCH_KERNEL_CACHE=0)"
     directory = os.path.abspath(os.path.expanduser(wanted)) if wanted else default_root()
     try:

@@ -27,13 +27,14 @@ STACK = ("ffpa-attn", "nvidia-cutlass-dsl", "quack-kernels", "apache-tvm-ffi")
 SYMBOL = "func"
 
 
-def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
+_directory: list[str] = []  # where install() put the kernels
 
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "absent"
+
+def _version(dist: str) -> str:
+    from ..versions import installed
+
+    found = installed(dist)
+    return "absent" if found is None else str(found)
 
 
 def fingerprint(package_dir: str) -> str:
@@ -131,7 +132,7 @@ def _caches():
 def install(root: str) -> str:
     """Swap in DiskKernels under ``root``; returns what was done, in words. Idempotent."""
     if _swapped:
-        return f"on, in {_swapped[0][2].directory}"
+        return f"on, in {_directory[0]}"
     found = _version("ffpa-attn")
     if found not in VERIFIED:
         return f"in-process only (the disk cache is verified with ffpa-attn {', '.join(VERIFIED)}, found {found})"
@@ -144,6 +145,7 @@ def install(root: str) -> str:
         _swapped.append((fn, attr, disk))
     if not _swapped:
         return "in-process only (no ffpa-attn kernel caches found to keep on disk)"
+    _directory[:] = [directory]
     return f"on, in {directory}"
 
 

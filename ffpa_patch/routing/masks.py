@@ -102,10 +102,10 @@ def _analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     if bad.item():
         return other
     real, starts, segment = (t.expand(batch, seq) for t in (real, starts, segment))
-    if bool((real.all(-1) & (starts.sum(-1) == 1)).all()):
-        return Layout("dense")
     if not bool(real.any()):  # nothing but padding (or batch 0): stock's own handling, via SDPA
         return other
+    if bool((real.all(-1) & (starts.sum(-1) == 1)).all()):
+        return Layout("dense")
     per_row = starts.sum(-1)
     row_offset = torch.nn.functional.pad(per_row.cumsum(0)[:-1], (1, 0))
     global_segment = (segment + row_offset[:, None]).flatten()
