@@ -39,6 +39,11 @@ def profile_step(step) -> dict:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
+    return from_profiler(prof)
+
+
+def from_profiler(prof) -> dict:
+    """GPU ms per class and per kernel of a finished ``torch.profiler.profile``."""
     per_kernel = defaultdict(float)
     for evt in prof.events():
         if evt.device_type != torch.autograd.DeviceType.CUDA:

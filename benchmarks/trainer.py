@@ -87,6 +87,8 @@ def main():
     p.add_argument("--collator", choices=["packing", "padding"], default="packing")
     p.add_argument("--sliding", choices=["fa4", "flex"], default="fa4", help="sliding-layer kernel of the shim")
     p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--profile-step", type=int, default=0, metavar="N",
+                   help="torch.profiler over step N: GPU ms per kernel class (benchmarks/profile_split.py)")
     p.add_argument("--out")
     p.add_argument("--append", action="store_true")
     a = p.parse_args()
@@ -107,14 +109,26 @@ def main():
 
     times = []
 
+    profiled = {}
+
     class Clock(TrainerCallback):
         def on_step_begin(self, *args, **kw):
             torch.cuda.synchronize()
+            if len(times) + 1 == a.profile_step:
+                from torch.profiler import ProfilerActivity, profile
+
+                self.prof = profile(activities=[ProfilerActivity.CUDA])
+                self.prof.__enter__()
             self.t = time.perf_counter()
 
         def on_step_end(self, *args, **kw):
             torch.cuda.synchronize()
             times.append((time.perf_counter() - self.t) * 1e3)
+            if len(times) == a.profile_step:
+                from benchmarks.profile_split import from_profiler
+
+                self.prof.__exit__(None, None, None)
+                profiled.update(from_profiler(self.prof))
             print(f"step {len(times)}: {times[-1]:.0f} ms, compiles {ffpa_patch.status().compiles}, cute.compile {jit}",
                   file=sys.stderr, flush=True)
 
@@ -140,6 +154,10 @@ def main():
         "routes": status.routes, "compiles": status.compiles, "cutedsl_jit": jit, "kernel_cache": status.kernel_cache,
         "kernel_cache_files_at_start": cached_at_start, "env": env_info(),
     }
+    if profiled:
+        row["profile_step"] = a.profile_step
+        row["profile"] = profiled
+        print(json.dumps({"profile_split_ms": profiled["split_ms"]}), file=sys.stderr)
     print(json.dumps({k: v for k, v in row.items() if k not in ("step_ms", "losses", "env")}))
     if a.out:
         rows = []

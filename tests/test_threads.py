@@ -41,3 +41,20 @@ def test_eight_threads_applying_and_reverting_leave_stock_exactly_as_it_was():
     assert all(p["state"] not in ("failed",) for p in status.patches), status
     assert "ffpa" in AttentionInterface._global_mapping and gemma4.ALL_ATTENTION_FUNCTIONS is not ALL_ATTENTION_FUNCTIONS
     ffpa_patch.revert()
+
+
+def test_the_lifecycle_state_is_one_object_not_module_globals(patched):
+    """What apply() asked for, the message and the hooks live on one Lifecycle instance: a
+    second instance starts clean while the package's is active, and the package keeps none
+    of that state at module level (so nothing can change it behind the lock)."""
+    from ffpa_patch.lifecycle import Lifecycle
+    from ffpa_patch.patches import ALL
+
+    assert ffpa_patch.is_applied() and ffpa_patch._lifecycle.wanted
+    fresh = Lifecycle(ALL)
+    assert not fresh.is_applied() and fresh.message == "not applied"
+    assert fresh.patches.keys() == ffpa_patch._lifecycle.patches.keys()
+    assert all(fresh.patches[n] is not ffpa_patch._lifecycle.patches[n] for n in fresh.names)
+    assert not any(hasattr(ffpa_patch, name) for name in ("_patches", "_wanted", "_message", "_logged", "_hooks", "_lock"))
+    ffpa_patch.revert()
+    assert not ffpa_patch._lifecycle.wanted and ffpa_patch.status().message == "reverted"

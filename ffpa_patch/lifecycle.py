@@ -1,0 +1,228 @@
+"""One object owns the patches' lifecycle: what was asked for, what is in place, the hooks.
+
+Like OpenTelemetry's ``BaseInstrumentor`` instance, it keeps the state that apply(),
+revert(), status() and the post-import hooks share, under one re-entrant lock: hooks run
+on whichever thread imports a target first, and a hook can fire inside apply().
+``ffpa_patch`` holds the one instance and exposes its methods as module functions.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+import os
+import sys
+import threading
+import warnings
+from typing import Iterable
+
+from . import env, loud, runtime, versions
+from .registry import APPLIED, NOT_APPLIED, NOT_INSTALLED, PENDING, SKIPPED, UNSUPPORTED, Patch
+from .report import Status
+from .routing import stats as _stats
+from .wrapping import when_imported
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class UnsupportedVersionError(RuntimeError):
+    """Installed versions are outside the supported range (strict mode)."""
+
+
+class FFPAPatchWarning(UserWarning):
+    pass
+
+
+def _locked(method):
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return guarded
+
+
+def _callers_level() -> int:
+    """warnings' stacklevel of the first frame outside this package (seen from ``_say``)."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_HERE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+class Lifecycle:
+    def __init__(self, patch_classes):
+        self.patches: dict[str, Patch] = {cls.name: cls() for cls in patch_classes}
+        self.names = tuple(self.patches)
+        self.wanted: set[str] = set()  # asked for by apply(): applied now or on their module's import
+        self.message = "not applied"
+        self._logged: set[str] = set()  # automatic-path lines already said once
+        self._lock = threading.RLock()
+        self._hooks = {name: self._hook(name) for name in self.names}
+
+    # -- saying things -------------------------------------------------------------------
+    def _say(self, explicit: bool, msg: str) -> None:
+        """Warn on the explicit path (pointing at the caller of apply()); on the automatic one,
+        one line to the logger or, when logging is not configured, stderr."""
+        if explicit:
+            warnings.warn(msg, FFPAPatchWarning, stacklevel=_callers_level())
+        elif msg not in self._logged:
+            self._logged.add(msg)
+            loud.emit(msg, logging.WARNING)
+
+    # -- choosing ------------------------------------------------------------------------
+    def _select(self, targets: Iterable[str] | None, exclude: Iterable[str], settings: env.Settings) -> list[str]:
+        chosen = {t.lower() for t in targets} if targets is not None else set(settings.targets or self.names)
+        dropped = {e.lower() for e in exclude} | settings.exclude
+        unknown = (chosen | dropped) - set(self.names)
+        if unknown:
+            raise ValueError(f"unknown ffpa_patch target(s) {sorted(unknown)}; known: {list(self.names)}")
+        return [n for n in self.names if n in chosen and n not in dropped]
+
+    def _hook(self, name: str):
+        def on_import(module) -> None:
+            with self._lock:
+                patch = self.patches[name]
+                if name not in self.wanted or patch.applied:
+                    return
+                try:
+                    patch.apply_to(module)
+                except Exception as exc:
+                    self._say(False, f"ffpa_patch: {name} failed on import of {patch.module} and was rolled back: {exc}")
+
+        return on_import
+
+    # -- apply / revert ------------------------------------------------------------------
+    @_locked
+    def apply(self, *, explicit: bool, strict: bool | None, targets, exclude, force: bool | None) -> Status:
+        settings = env.read()
+        if settings.disable:
+            self.message = "disabled by FFPA_PATCH_DISABLE=1"
+            return self.status()
+        strict = settings.strict if strict is None else strict
+        force = settings.force if force is None else force
+        names = self._select(targets, exclude, settings)
+        checks = versions.check_all()
+        blocked = {n: versions.gate_problems([c for c in checks if c.name in self.patches[n].dependencies]) for n in names}
+        problems = list(dict.fromkeys(m for n in names for m in blocked[n]))
+        for name in names:  # judged afresh at each apply()
+            if self.patches[name].state == UNSUPPORTED:
+                self.patches[name].state, self.patches[name].reason = NOT_APPLIED, ""
+        off = []
+        if problems and not force:
+            off = [n for n in names if blocked[n]]
+            hint = ". Set FFPA_PATCH_FORCE=1 (or force=True) to patch anyway."
+            if len(off) == len(names):
+                msg = "ffpa_patch not applied: " + "; ".join(problems) + hint
+            else:
+                msg = f"ffpa_patch: {', '.join(off)} off: " + "; ".join(problems) + hint
+            if strict:
+                raise UnsupportedVersionError(msg)
+            self._say(explicit, msg)
+            for name in off:
+                self.patches[name].state, self.patches[name].reason = UNSUPPORTED, "; ".join(blocked[name])
+            names = [n for n in names if not blocked[n]]
+            if not names:
+                self.message = msg
+                return self.status()
+        runtime.strict = strict
+        newly_applied: list[Patch] = []
+        for name in names:
+            patch = self.patches[name]
+            module = sys.modules.get(patch.module)
+            if module is None or patch.applied:
+                continue
+            try:
+                if patch.apply_to(module) == APPLIED:
+                    newly_applied.append(patch)
+            except Exception as exc:
+                for done in reversed(newly_applied):
+                    done.revert()
+                msg = f"ffpa_patch: {name} failed, rolled back this apply(): {type(exc).__name__}: {exc}"
+                self.message = msg
+                if explicit:
+                    raise
+                self._say(False, msg)
+                return self.status()
+        if "ffpa_attn.cute" in sys.modules and "ffpa_patch.kernels.disk_cache" in sys.modules:
+            sys.modules["ffpa_patch.kernels.disk_cache"].after_ffpa_attn_import()  # again after a revert()
+        self.wanted.update(names)
+        for name in names:
+            when_imported(self.patches[name].module, self._hooks[name])
+        self.message = "active" + (" (FORCED outside the supported versions)" if problems and force else "")
+        if off:
+            self.message += f" ({', '.join(off)} off: unsupported versions)"
+        return self.status()
+
+    @_locked
+    def revert(self) -> Status:
+        self.wanted.clear()
+        for patch in reversed(list(self.patches.values())):
+            if patch.applied:
+                patch.revert()
+            elif patch.state == UNSUPPORTED:
+                patch.state, patch.reason = NOT_APPLIED, "reverted"
+        disk = sys.modules.get("ffpa_patch.kernels.disk_cache")
+        if disk is not None:
+            disk.restore()
+        runtime.strict = False
+        self.message = "reverted"
+        return self.status()
+
+    def activate_on_import(self) -> None:
+        try:
+            self.apply(explicit=False, strict=None, targets=None, exclude=(), force=None)
+        except Exception as exc:  # never break the user's import, unless FFPA_PATCH_STRICT=1 asked for it
+            self.message = f"not applied: {exc}"
+            if env.strict_requested():
+                raise
+            self._say(False, f"ffpa_patch not applied: {exc}")
+
+    # -- telling -------------------------------------------------------------------------
+    def is_applied(self) -> bool:
+        return bool(self.wanted)
+
+    def _patch_row(self, patch: Patch) -> dict:
+        state, reason = patch.state, patch.reason
+        if patch.name in self.wanted and not patch.applied and state not in ("not needed", "failed"):
+            top = patch.module.split(".")[0]
+            if top not in sys.modules and importlib.util.find_spec(top) is None:
+                state, reason = NOT_INSTALLED, f"{top} is not installed"
+            else:
+                state, reason = PENDING, f"{patch.module} not imported yet"
+        elif patch.name not in self.wanted and not patch.applied and state == "not applied" and self.wanted:
+            state, reason = SKIPPED, "excluded by targets/exclude"
+        try:
+            warned = patch.warnings()
+        except Exception as exc:  # status must always answer
+            warned = [f"could not check: {exc}"]
+        return {"name": patch.name, "state": state, "reason": reason, "summary": patch.summary, "warnings": warned}
+
+    @_locked
+    def status(self) -> Status:
+        return Status(
+            active=self.is_applied(),
+            strict=runtime.strict,
+            message=self.message,
+            versions=versions.check_all(),
+            patches=[self._patch_row(p) for p in self.patches.values()],
+            routes=_stats.snapshot(),
+            compiles=_compiles(),
+            kernel_cache=_kernel_cache(),
+        )
+
+
+def _compiles() -> dict:
+    """Kernel builds this process did for routing (FlexAttention's), without importing torch."""
+    flex = sys.modules.get("ffpa_patch.kernels.flex")
+    return {"flex_attention": flex.compiles()} if flex is not None and flex.compiles() else {}
+
+
+def _kernel_cache() -> dict:
+    """Where each CuTeDSL package keeps compiled kernels (known once it was imported)."""
+    disk = sys.modules.get("ffpa_patch.kernels.disk_cache")
+    kept = dict(disk.state) if disk is not None else {}
+    ffpa_disk = sys.modules.get("ffpa_patch.kernels.ffpa_disk")
+    if ffpa_disk is not None and ffpa_disk._swapped and "ffpa-attn" in kept:
+        kept["ffpa-attn"] += "; this process: {loaded} loaded from disk, {exported} compiled and written".format(**ffpa_disk.counts())
+    return kept
