@@ -213,9 +213,16 @@ class Lifecycle:
 
 
 def _compiles() -> dict:
-    """Kernel builds this process did for routing (FlexAttention's), without importing torch."""
+    """Kernel builds this process did: FlexAttention's compiles and the CuTeDSL kernels
+    ffpa-attn / flash-attn-4 hold, read without importing anything."""
+    found = {}
     flex = sys.modules.get("ffpa_patch.kernels.flex")
-    return {"flex_attention": flex.compiles()} if flex is not None and flex.compiles() else {}
+    if flex is not None and flex.compiles():
+        found["flex_attention"] = flex.compiles()
+    from .kernels import jit_count
+
+    found.update(jit_count.counts())
+    return found
 
 
 def _kernel_cache() -> dict:

@@ -14,7 +14,7 @@ class Status:
     versions: list[VersionCheck] = field(default_factory=list)
     patches: list[dict] = field(default_factory=list)
     routes: list[dict] = field(default_factory=list)
-    compiles: dict = field(default_factory=dict)  # kernel builds by compiler: {"flex_attention": n}
+    compiles: dict = field(default_factory=dict)  # {"flex_attention": compiles, "ffpa-attn": kernels held, ...}
     kernel_cache: dict = field(default_factory=dict)  # package -> where its compiled kernels are kept
 
     def as_dict(self) -> dict:
@@ -33,7 +33,11 @@ class Status:
             lines.append("  attention calls (layer -> kernel: reason  count):")
             lines += [f"    {r['layer']:<7} -> {r['kernel']:<5}: {r['reason']}  {r['count']}" for r in self.routes]
         for what, n in self.compiles.items():
-            lines.append(f"  {what} compiles: {n} (automatic dynamic shapes: 2 expected, a new one per step means recompiling)")
+            if what == "flex_attention":
+                lines.append(f"  {what} compiles: {n} (automatic dynamic shapes: 2 expected, a new one per step means recompiling)")
+            else:
+                lines.append(f"  {what} kernels built or loaded: {n} (one per dtype/head_dim/pass/varlen, never per length: "
+                             "a count that grows every step means recompiling)")
         for package, where in self.kernel_cache.items():
             lines.append(f"  {package} compiled kernels: {where}")
         return "\n".join(lines)

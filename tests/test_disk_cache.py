@@ -230,3 +230,20 @@ def test_an_unverified_ffpa_attn_version_keeps_its_in_memory_cache(ffpa_attn, tm
     fwd = ffpa_attn()
     assert type(fwd.launch.compile_cache).__name__ == "JITCache"
     assert "verified with ffpa-attn 0.2.4, found 0.3.0" in disk_cache.state["ffpa-attn"]
+
+
+@pytest.mark.parametrize("cache", ["on", "0"])
+def test_status_counts_the_kernels_held_and_new_keys_only_add_one(ffpa_attn, monkeypatch, cache):
+    """status().compiles counts ffpa-attn's compiled kernels, whether its JITCache is ours
+    (disk) or its own (cache off): a repeated key adds none, a new key one."""
+    if cache == "0":
+        monkeypatch.setenv("FFPA_PATCH_KERNEL_CACHE", "0")
+    fwd = ffpa_attn()
+    assert "ffpa-attn" not in ffpa_patch.status().compiles
+    for x in range(5):
+        fwd.launch(2.0, float(x))
+    assert ffpa_patch.status().compiles["ffpa-attn"] == 1
+    fwd.launch(3.0, 1.0)
+    status = ffpa_patch.status()
+    assert status.compiles["ffpa-attn"] == 2 and status.as_dict()["compiles"]["ffpa-attn"] == 2
+    assert "ffpa-attn kernels built or loaded: 2" in str(status)
