@@ -42,8 +42,18 @@ ATTN = {"sdpa-stock": "sdpa", "flex-stock": "flex_attention", "sdpa-fixed": "sdp
         "ffpa": "ffpa", "ffpa-flex": "ffpa"}
 
 
+def packed_positions(seq, n, mixed):
+    """position_ids of n documents in one row: equal lengths, or (mixed) random cut points."""
+    if not mixed:
+        return torch.arange(seq, device="cuda").remainder(seq // n)
+    g = torch.Generator().manual_seed(2)
+    cuts = sorted(torch.randperm(seq - 1, generator=g)[: n - 1].add(1).tolist())
+    lengths = [b - a for a, b in zip([0] + cuts, cuts + [seq])]
+    return torch.cat([torch.arange(k) for k in lengths]).to("cuda")
+
+
 def run(backend, seq, layers, steps, batch, padded, ckpt, targets=None, optimizer=True, compile_model=False, profile=None,
-        packed=0):
+        packed=0, mixed=False, liger=False):
     from ffpa_patch import kernels
     from ffpa_patch.kernels.cute import CuteKernels
 
@@ -52,16 +62,20 @@ def run(backend, seq, layers, steps, batch, padded, ckpt, targets=None, optimize
         ffpa_patch.apply(targets=targets)
     ffpa_patch.reset_stats()
     with kernels.use(CuteKernels(fa4=backend != "ffpa-flex")):
-        return _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_model, profile, packed)
+        return _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_model, profile, packed, mixed, liger)
 
 
-def _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_model, profile, packed):
+def _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_model, profile, packed, mixed, liger):
     from torch._dynamo.utils import counters
     from transformers import Gemma4ForCausalLM
 
     from ffpa_patch.kernels import flex
 
     attn = ATTN[backend]
+    if liger:  # class-level swaps (RMSNorm, GEGLU MLP, fused linear cross entropy), for the rest of the process
+        from liger_kernel.transformers import apply_liger_kernel_to_gemma4_text
+
+        apply_liger_kernel_to_gemma4_text()
     torch.manual_seed(0)
     cfg = config(layers)
     cfg._attn_implementation = attn
@@ -85,7 +99,7 @@ def _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_mo
     labels = ids.masked_fill(mask == 0, -100)
     extra = {"kernel_options": flex.SMALL_TILES} if backend == "flex-stock" else {}
     if packed:  # N documents per row, as DataCollatorWithFlattening / TRL padding-free make them
-        extra["position_ids"] = torch.arange(seq, device="cuda").remainder(seq // packed).expand(batch, seq)
+        extra["position_ids"] = packed_positions(seq, packed, mixed).expand(batch, seq)
     forward = torch.compile(model) if compile_model else model
     counters.clear()
     torch.cuda.reset_peak_memory_stats()
@@ -124,7 +138,7 @@ def _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_mo
     median = statistics.median(times[1:])
     take_peak()
     step(track=True)  # one more, untimed, with the peak per phase
-    row = dict(backend=backend, seq=seq, batch=batch, layers=layers, padded=padded, packed=packed, ckpt=ckpt, optimizer=optimizer,
+    row = dict(backend=backend, seq=seq, batch=batch, layers=layers, padded=padded, packed=packed, mixed=mixed, liger=liger, ckpt=ckpt, optimizer=optimizer,
                compiled=compile_model, tokens_per_s=int(mask.sum()) / median, step_s=median, first_step_s=times[0],
                peak_gib=max(peaks), phase_peak_gib=dict(phase_peaks), losses=losses, routes=ffpa_patch.stats())
     if compile_model:
@@ -146,6 +160,8 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--padded", action="store_true")
     ap.add_argument("--packed", type=int, default=0, metavar="N", help="N packed documents per row (position_ids restart)")
+    ap.add_argument("--liger", action="store_true", help="liger-kernel's Gemma4 patches too (norms, GEGLU, fused loss)")
+    ap.add_argument("--mixed", action="store_true", help="with --packed: documents of random lengths (fixed seed)")
     ap.add_argument("--ckpt", choices=["plain", "selective"], default=None)
     ap.add_argument("--backends", nargs="+", default=["sdpa-stock", "sdpa-dropin", "ffpa"], choices=list(ATTN))
     ap.add_argument("--no-optimizer", action="store_true", help="forward+backward only (as the prototype in FACTS.md)")
@@ -171,7 +187,7 @@ def main():
             try:
                 targets = ["sdpa_repeat_kv"] if backend == "sdpa-fixed" else None
                 rows.append(run(backend, seq, args.layers, args.steps, args.batch, args.padded, args.ckpt, targets,
-                                not args.no_optimizer, args.compile, args.profile, args.packed))
+                                not args.no_optimizer, args.compile, args.profile, args.packed, args.mixed, args.liger))
             except Exception as exc:  # OOM (stock sdpa at 16k on 5.12), or a kernel that fails: record, go on
                 rows.append(dict(backend=backend, seq=seq, error=f"{type(exc).__name__}: {exc}"[:300]))
             torch.cuda.empty_cache()

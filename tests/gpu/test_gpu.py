@@ -331,3 +331,29 @@ def test_ffpa_kernels_from_disk_match_a_fresh_compile_bit_for_bit(tmp_path):
             else:
                 print(f"{name}[{i}]: two fresh compiles differ by {rel_err(c, a):.2e}, disk by {rel_err(b, a):.2e}")
                 assert rel_err(b, a) <= 2 * rel_err(c, a), (name, i)
+
+
+@pytest.mark.parametrize("order", ["liger-first", "ffpa-first"])
+def test_liger_and_ffpa_patch_stack_in_either_order_and_revert_stays_exact(order):
+    """liger-kernel's Gemma4 patches (RMSNorm, GEGLU MLP, fused linear cross entropy) and
+    ffpa_patch's attention touch disjoint names: with both, the full layers still run FFPA,
+    the norms and MLPs are Liger's, loss and gradients match the plain sdpa model's, and
+    revert() takes back ffpa_patch's changes only (liger has no revert: one process each)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("liger_kernel.transformers")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    worker = os.path.join(os.path.dirname(__file__), "liger_worker.py")
+    done = subprocess.run([sys.executable, worker, order], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    print(got)
+    assert got["full_ffpa_calls"] >= 1
+    assert all(n.startswith("Liger") for n in got["norms"]) and all(m.startswith("Liger") for m in got["mlps"])
+    assert abs(got["loss"] - got["stock_loss"]) < 2e-2 * abs(got["stock_loss"])
+    assert got["n_grads"][0] == got["n_grads"][1] and got["max_grad_norm_rel_diff"] < 5e-2
+    assert got["mapping_restored"] and not got["ffpa_registered_after_revert"] and got["liger_kept_after_revert"]

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Long-context training steps of the 6-layer 31B-shaped slice (benchmarks/e2e.py), one
+# process per row, appended to OUT_DIR/long_context.json; a row that runs out of memory or
+# time is recorded as such.   bash benchmarks/long_context.sh OUT_DIR [a|b|all]
+#   a: 32k and 64k, selective checkpointing, stock sdpa and "ffpa" (a32 / a64: one length)
+#   b: 128k "ffpa" (and stock), compiled "ffpa", plain checkpointing, mixed-length packing
+set -u
+out=${1:?OUT_DIR}; part=${2:-all}
+mkdir -p "$out"
+row() {  # seconds, then e2e.py arguments
+  local limit=$1; shift
+  echo "== $*" | tee -a "$out/long_context.log"
+  timeout "$limit" python benchmarks/e2e.py --steps 3 --append --out "$out/long_context.json" "$@" 2>&1 \
+    | grep "^{" >> "$out/long_context.log" || echo "   (no row: exit or timeout after ${limit}s)" >> "$out/long_context.log"
+}
+lengths="32768 65536"; [ "$part" = a32 ] && lengths=32768; [ "$part" = a64 ] && lengths=65536
+if [ "$part" != b ]; then
+  for s in $lengths; do
+    row 150 --seqs $s --ckpt selective --backends ffpa
+    row 200 --seqs $s --ckpt selective --backends sdpa-stock
+  done
+fi
+if [ "$part" = b ] || [ "$part" = all ]; then
+  row 200 --seqs 131072 --ckpt selective --backends ffpa
+  row 150 --seqs 32768 --ckpt selective --compile --backends ffpa
+  row 150 --seqs 32768 --ckpt plain --backends ffpa
+  row 150 --seqs 32768 --ckpt selective --packed 8 --mixed --backends ffpa
+  row 150 --seqs 32768 --ckpt selective --packed 8 --mixed --backends sdpa-stock
+  row 240 --seqs 131072 --ckpt selective --backends sdpa-stock
+fi

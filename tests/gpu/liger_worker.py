@@ -1,0 +1,61 @@
+"""One process: liger-kernel's Gemma4 patches and ffpa_patch applied in the order given
+(``liger-first`` or ``ffpa-first``), a training step, then ffpa_patch.revert(). Liger has no
+revert, so each order gets its own process. Prints one JSON line."""
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import ffpa_patch  # noqa: E402
+import tiny  # noqa: E402
+from ffpa_patch.routing import stats  # noqa: E402
+
+
+def step(model, ids):
+    model.zero_grad(set_to_none=True)
+    loss = model(ids, labels=ids).loss
+    loss.backward()
+    return loss.item(), [p.grad.float().norm().item() for p in model.parameters() if p.grad is not None]
+
+
+def main(order):
+    from liger_kernel.transformers import apply_liger_kernel_to_gemma4_text
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
+    from transformers.models.gemma4 import modeling_gemma4
+
+    ffpa_patch.revert()
+    stock_mapping = modeling_gemma4.ALL_ATTENTION_FUNCTIONS
+    torch.manual_seed(0)
+    ids = torch.randint(0, 128, (2, 1024), device="cuda")
+    cfg = dict(head_dim=256, hidden_size=256)
+    plain = tiny.causal_lm("dense31b", attn="sdpa", **cfg).to("cuda", torch.bfloat16)
+    want_loss, want_grads = step(plain, ids)
+
+    if order == "liger-first":
+        apply_liger_kernel_to_gemma4_text()
+        ffpa_patch.apply()
+    else:
+        ffpa_patch.apply()
+        apply_liger_kernel_to_gemma4_text()
+    stats.reset()
+    both = tiny.causal_lm("dense31b", attn="ffpa", **cfg).to("cuda", torch.bfloat16)
+    both.load_state_dict(plain.state_dict())
+    loss, grads = step(both, ids)
+    norms = {type(m).__name__ for m in both.modules() if "RMSNorm" in type(m).__name__}
+    mlps = {type(m).__name__ for m in both.modules() if type(m).__name__.endswith("MLP")}
+    routed = stats.total("full", "ffpa")
+    ffpa_patch.revert()
+    print(json.dumps({
+        "order": order, "loss": loss, "stock_loss": want_loss,
+        "max_grad_norm_rel_diff": max(abs(a - b) / max(b, 1e-6) for a, b in zip(grads, want_grads)),
+        "n_grads": [len(grads), len(want_grads)], "norms": sorted(norms), "mlps": sorted(mlps),
+        "full_ffpa_calls": routed, "ffpa_registered_after_revert": "ffpa" in AttentionInterface._global_mapping,
+        "mapping_restored": modeling_gemma4.ALL_ATTENTION_FUNCTIONS is stock_mapping is ALL_ATTENTION_FUNCTIONS,
+        "liger_kept_after_revert": modeling_gemma4.Gemma4RMSNorm.__name__.startswith("Liger"),
+    }))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
