@@ -4,13 +4,14 @@
 # time is recorded as such.   bash benchmarks/long_context.sh OUT_DIR [a|b|all]
 #   a: 32k and 64k, selective checkpointing, stock sdpa and "ffpa" (a32 / a64: one length)
 #   b: 128k "ffpa" (and stock), compiled "ffpa", plain checkpointing, mixed-length packing
+#   liger: 8k and 32k with liger-kernel's Gemma4 patches, against each alone (liger.json)
 set -u
 out=${1:?OUT_DIR}; part=${2:-all}
 mkdir -p "$out"
 row() {  # seconds, then e2e.py arguments
   local limit=$1; shift
   echo "== $*" | tee -a "$out/long_context.log"
-  timeout "$limit" python benchmarks/e2e.py --steps 3 --append --out "$out/long_context.json" "$@" 2>&1 \
+  timeout "$limit" python benchmarks/e2e.py --steps 3 --append --out "$out/${json:-long_context}.json" "$@" 2>&1 \
     | grep "^{" >> "$out/long_context.log" || echo "   (no row: exit or timeout after ${limit}s)" >> "$out/long_context.log"
 }
 lengths="32768 65536"; [ "$part" = a32 ] && lengths=32768; [ "$part" = a64 ] && lengths=65536
@@ -27,4 +28,13 @@ if [ "$part" = b ] || [ "$part" = all ]; then
   row 150 --seqs 32768 --ckpt selective --packed 8 --mixed --backends ffpa
   row 150 --seqs 32768 --ckpt selective --packed 8 --mixed --backends sdpa-stock
   row 240 --seqs 131072 --ckpt selective --backends sdpa-stock
+fi
+if [ "$part" = liger ] || [ "$part" = all ]; then
+  json=liger
+  for b in sdpa-stock ffpa; do
+    row 120 --seqs 8192 --backends $b
+    row 120 --seqs 8192 --backends $b --liger
+  done
+  row 150 --seqs 32768 --ckpt selective --backends ffpa --liger
+  row 200 --seqs 32768 --ckpt selective --backends sdpa-stock --liger
 fi

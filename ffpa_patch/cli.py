@@ -7,19 +7,28 @@ import os
 import sys
 
 
-def _status(as_json: bool, config: str | None = None) -> int:
+CHECK_HINT = "fast view, nothing imported: `ffpa-patch status --check` imports Transformers and the kernels (5-15 s)"
+
+
+def _status(as_json: bool, config: str | None = None, check: bool = False) -> int:
+    """Fast by default: versions and patch gates from package metadata, with no torch or
+    Transformers import (those take 5-15 s). ``check`` (and ``config``) imports Transformers'
+    Gemma4 so the patches are really applied, and asks the kernels whether they run here."""
     import importlib
 
     import ffpa_patch
 
-    for name in ("transformers.modeling_utils", "transformers.models.gemma4.modeling_gemma4"):
-        try:
-            importlib.import_module(name)  # so status shows what would be patched, not "waiting"
-        except Exception:
-            pass
+    check = check or bool(config)
+    if check:
+        for name in ("transformers.modeling_utils", "transformers.models.gemma4.modeling_gemma4"):
+            try:
+                importlib.import_module(name)  # so status shows what is patched, not "waiting"
+            except Exception:
+                pass
     st = ffpa_patch.status()
     data = st.as_dict()
-    data["kernels"] = _kernel_report()
+    data["checked"] = check
+    data["kernels"] = _kernel_report() if check else _kernel_packages(st)
     if config:
         from ffpa_patch.plan import layer_plan, load_text_config
 
@@ -36,7 +45,7 @@ def _status(as_json: bool, config: str | None = None) -> int:
         print(json.dumps(data, indent=1))
         return 0
     print(st)
-    print("  kernels on this machine:")
+    print("  kernels on this machine:" if check else f"  kernel packages ({CHECK_HINT}):")
     for name, why in data["kernels"].items():
         print(f"    {name:<11} {why or 'usable'}")
     for backend, rows in data.get("plan", {}).items():
@@ -44,6 +53,16 @@ def _status(as_json: bool, config: str | None = None) -> int:
         for r in rows:
             print(f"    {r['layers']:>3} {r['layer']:<7} layers (head_dim {r['head_dim']}) -> {r['kernel']}: {r['reason']}")
     return 0
+
+
+def _kernel_packages(st) -> dict:
+    """What the fast view can say about each kernel: installed or not (package metadata)."""
+    found = {v.name: v for v in st.versions}
+    rows = {}
+    for kernel, dist in (("ffpa D=512", "ffpa-attn"), ("fa4 D=256", "flash-attn-4")):
+        v = found.get(dist)
+        rows[kernel] = f"{dist} {v.installed} installed; not checked" if v is not None and v.installed else f"{dist} not installed"
+    return rows
 
 
 def _kernel_report() -> dict:
@@ -88,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd")
     st = sub.add_parser("status", help="versions, patches, kernels, routing counts")
     st.add_argument("--json", action="store_true")
-    st.add_argument("--config", help="a local model folder or config.json: show where each layer type would go (never downloads)")
+    st.add_argument("--check", action="store_true",
+                    help="import Transformers' Gemma4 and the kernels: the patches applied, whether the kernels run here (5-15 s)")
+    st.add_argument("--config", help="a local model folder or config.json: show where each layer type would go (never downloads; implies --check)")
     run = sub.add_parser("run", help="run CMD with ffpa_patch active in every Python process")
     run.add_argument("command", nargs=argparse.REMAINDER)
     sub.add_parser("startup-path", help="print the PYTHONSTARTUP file's path")
@@ -102,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_bootstrap())
         return 0
     if args.cmd == "status":
-        return _status(args.json, args.config)
+        return _status(args.json, args.config, args.check)
     if args.cmd == "doctor":
         from ffpa_patch.doctor import run
 

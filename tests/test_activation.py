@@ -65,17 +65,33 @@ def test_pythonstartup_prints_status_in_interactive_session():
 
 
 def test_status_json_schema():
-    out = run_python("from ffpa_patch.cli import main; main(['status', '--json'])")
+    out = run_python("from ffpa_patch.cli import main; main(['status', '--json', '--check'])")
     data = json.loads(out)
     assert {"active", "strict", "message", "versions", "patches", "routes", "kernels"} <= data.keys()
     names = {p["name"]: p["state"] for p in data["patches"]}
     assert names["ffpa_backend"] == "applied" and names["gemma4_dropin"] == "applied"
     assert any(v["name"] == "transformers" and v["ok"] for v in data["versions"])
+    assert data["checked"] is True
 
 
 def test_status_text_names_patches_and_kernels():
-    out = run_python("from ffpa_patch.cli import main; main(['status'])")
+    out = run_python("from ffpa_patch.cli import main; main(['status', '--check'])")
     assert "gemma4_dropin" in out and "kernels on this machine" in out
+
+
+def test_plain_status_imports_neither_torch_nor_transformers_and_says_so():
+    """The fast view (the 5-15 s of `ffpa-patch status` were the torch/Transformers/kernel
+    imports) answers from package metadata and points at --check for the rest."""
+    code = ("import sys; from ffpa_patch.cli import main; main(['status', '--json']); "
+            "print([m for m in ('torch', 'transformers', 'ffpa_attn', 'flash_attn') if m in sys.modules])")
+    out = run_python(code)
+    data = json.loads(out[: out.rindex("}") + 1])
+    assert out.strip().endswith("[]"), out[-200:]
+    assert data["checked"] is False and any(v["name"] == "transformers" for v in data["versions"])
+    states = {p["name"]: p["state"] for p in data["patches"]}
+    assert states["gemma4_dropin"] == "waiting for import"
+    text = run_python("from ffpa_patch.cli import main; main(['status'])")
+    assert "ffpa-patch status --check" in text and "ffpa-attn" in text
 
 
 def test_first_forward_prints_one_summary_line_per_model():
