@@ -31,19 +31,75 @@ def mark_order(data):
     return data
 
 
+def _recipe(r):
+    """Rows compare with the stock row of the same recipe, compiled or not (stock without Liger)."""
+    return r["seq"], r.get("padded"), r.get("ckpt"), r.get("packed") or 0, bool(r.get("mixed")), bool(r.get("compiled"))
+
+
+def _label(r):
+    return r["backend"] + (" + liger" if r.get("liger") else "") + (" compiled" if r.get("compiled") else "")
+
+
 def e2e_table(data):
     mark_order(data)
     rows = [r for r in data["rows"] if "error" not in r]
-    base = {(r["seq"], r.get("padded"), r.get("ckpt")): r["tokens_per_s"] for r in rows if r["backend"] == "sdpa-stock"}
+    base = {_recipe(r): r["tokens_per_s"] for r in rows
+            if r["backend"] == "sdpa-stock" and not r.get("liger")}
     lines = ["| seq | backend | tokens/s | vs stock sdpa | peak GiB | first step s | final loss |", "|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         if "error" in r:
             lines.append(f"| {r['seq']} | {r['backend']} | {r['error'][:40]} | | | | |")
             continue
-        b = base.get((r["seq"], r.get("padded"), r.get("ckpt")))
+        b = base.get(_recipe(r))
         ratio = f"{r['tokens_per_s'] / b:.2f}x" if b else "-"
         peak = f"{r['peak_gib']:.1f}" + (" *" if r["_after_patched"] else "")
-        lines.append(f"| {r['seq']} | {r['backend']} | {r['tokens_per_s']:,.0f} | {ratio} | {peak} | {r['first_step_s']:.1f} | {r['losses'][-1]:.4f} |")
+        lines.append(f"| {r['seq']} | {_label(r)} | {r['tokens_per_s']:,.0f} | {ratio} | {peak} | {r['first_step_s']:.1f} | {r['losses'][-1]:.4f} |")
+    return "\n".join(lines)
+
+
+def long_context_table(data):
+    lines = ["| seq | backend | checkpointing | packing | tokens/s | vs stock | peak GiB | first step s |", "|---|---|---|---|---|---|---|---|"]
+    rows = [r for r in data["rows"] if "error" not in r]
+    base = {_recipe(r): r["tokens_per_s"] for r in rows
+            if r["backend"] == "sdpa-stock" and not r.get("liger")}
+    for r in data["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['seq']} | {r['backend']} | | | {r['error'][:50]} | | | |")
+            continue
+        b = base.get(_recipe(r))
+        packing = f"{r['packed']} docs" + (" (mixed)" if r.get("mixed") else "") if r.get("packed") else "-"
+        lines.append(f"| {r['seq']:,} | {_label(r)} | {r.get('ckpt') or '-'} | {packing} | {r['tokens_per_s']:,.0f} | "
+                     f"{r['tokens_per_s'] / b:.2f}x | {r['peak_gib']:.1f} | {r['first_step_s']:.1f} |" if b else
+                     f"| {r['seq']:,} | {_label(r)} | {r.get('ckpt') or '-'} | {packing} | {r['tokens_per_s']:,.0f} | - | "
+                     f"{r['peak_gib']:.1f} | {r['first_step_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def bwd_probe_table(data):
+    """ffpa_bwd_probe.py: each backward ffpa-attn ships, D=512, B=1, Hq=32, Hkv=4, causal."""
+    lines = ["| backward | seq | fwd ms | bwd ms | bwd TF/s | fwd+bwd ms | dq/dk/dv rel. err vs fp32 (8k) |", "|---|---|---|---|---|---|---|"]
+    for r in data["results"]:
+        if r.get("status") != "ok":
+            lines.append(f"| {r['setting']} | {r['seq']} | {r.get('status')} | | | | |")
+            continue
+        err = "/".join(f"{r[f'vs_fp32ref_relfro_{g}']:.1e}" for g in ("dq", "dk", "dv")) if "vs_fp32ref_relfro_dq" in r else ""
+        lines.append(f"| {r['setting']} | {r['seq']} | {r['fwd_ms']:.2f} | {r['bwd_ms']:.2f} | {r['bwd_tflops']:.0f} | "
+                     f"{r['fwdbwd_ms']:.2f} | {err} |")
+    return "\n".join(lines)
+
+
+def trainer_profile_table(rows):
+    """trainer.py --profile-step: GPU ms per kernel class in one step, against the step's wall time."""
+    from profile_split import split
+
+    heads = [f"{r['backend']} {r['precision']} {r['collator']}" for r in rows]
+    splits = [split(r["profile"]["kernels_ms"]) for r in rows]
+    classes = list(dict.fromkeys(c for s in splits for c in s["split_ms"]))
+    lines = ["| ms per step | " + " | ".join(heads) + " |", "|---|" + "---|" * len(rows)]
+    lines.append("| **wall (median step)** | " + " | ".join(f"**{r['median_step_ms']:.1f}**" for r in rows) + " |")
+    lines.append("| GPU busy (sum of kernels) | " + " | ".join(f"{s['total_gpu_ms']:.1f}" for s in splits) + " |")
+    for c in classes:
+        lines.append(f"| {c} | " + " | ".join(f"{s['split_ms'].get(c, 0.0):.1f}" for s in splits) + " |")
     return "\n".join(lines)
 
 
@@ -172,6 +228,14 @@ def main():
     if rows:
         print("### trainer/trainer.json (benchmarks/trainer_matrix.sh)\n\n" + trainer_table(rows) + "\n")
         trainer_plot(rows, os.path.join(folder, "trainer", "trainer.png"))
+    prof = load(folder, os.path.join("trainer", "trainer_profile.json"))
+    if prof:
+        print("### trainer/trainer_profile.json (trainer.py --profile-step 8)\n\n" + trainer_profile_table(prof) + "\n")
+    for name, table in (("long_context.json", long_context_table), ("liger.json", long_context_table),
+                        ("ffpa_bwd_probe.json", bwd_probe_table)):
+        data = load(folder, os.path.join("long_context", name))
+        if data:
+            print(f"### long_context/{name}\n\n" + table(data) + "\n")
     for sub in ("clocks_8k", "clocks_adamw_8k"):
         if os.path.isdir(os.path.join(folder, sub)):
             print(f"### {sub}/ (gpu_clocks.py, busy samples)\n\n" + clocks_table(os.path.join(folder, sub)) + "\n")
