@@ -68,10 +68,9 @@ def long_context_table(data):
             continue
         b = base.get(_recipe(r))
         packing = f"{r['packed']} docs" + (" (mixed)" if r.get("mixed") else "") if r.get("packed") else "-"
+        ratio = f"{r['tokens_per_s'] / b:.2f}x" if b else "-"
         lines.append(f"| {r['seq']:,} | {_label(r)} | {r.get('ckpt') or '-'} | {packing} | {r['tokens_per_s']:,.0f} | "
-                     f"{r['tokens_per_s'] / b:.2f}x | {r['peak_gib']:.1f} | {r['first_step_s']:.1f} |" if b else
-                     f"| {r['seq']:,} | {_label(r)} | {r.get('ckpt') or '-'} | {packing} | {r['tokens_per_s']:,.0f} | - | "
-                     f"{r['peak_gib']:.1f} | {r['first_step_s']:.1f} |")
+                     f"{ratio} | {r['peak_gib']:.1f} | {r['first_step_s']:.1f} |")
     return "\n".join(lines)
 
 
