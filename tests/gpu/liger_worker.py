@@ -14,6 +14,7 @@ from ffpa_patch.routing import stats  # noqa: E402
 
 
 def step(model, ids):
+    model.train()  # liger's fused linear cross entropy runs in training only
     model.zero_grad(set_to_none=True)
     loss = model(ids, labels=ids).loss
     loss.backward()
