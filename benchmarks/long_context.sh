@@ -4,6 +4,7 @@
 # time is recorded as such.   bash benchmarks/long_context.sh OUT_DIR [a|b|all]
 #   a: 32k and 64k, selective checkpointing, stock sdpa and "ffpa" (a32 / a64: one length)
 #   b: 128k "ffpa" (and stock), compiled "ffpa", plain checkpointing, mixed-length packing
+#   trainer: Trainer on the slice, 4 packed documents of 2k-16k tokens a step (~36k), selective checkpointing
 #   liger: 8k and 32k with liger-kernel's Gemma4 patches, against each alone (liger.json)
 set -u
 out=${1:?OUT_DIR}; part=${2:-all}
@@ -37,4 +38,12 @@ if [ "$part" = liger ] || [ "$part" = all ]; then
   done
   row 150 --seqs 32768 --ckpt selective --backends ffpa --liger
   row 200 --seqs 32768 --ckpt selective --backends sdpa-stock --liger
+fi
+if [ "$part" = trainer ] || [ "$part" = all ]; then
+  for b in sdpa-stock ffpa; do
+    echo "== trainer $b" | tee -a "$out/long_context.log"
+    timeout 300 python benchmarks/trainer.py --model slice31b --backend $b --precision bf16 --collator packing \
+      --doc-len 2048 16384 --per-step 4 --ckpt selective --steps 6 --out "$out/trainer_long.json" --append 2>&1 \
+      | grep '^{' >> "$out/long_context.log"
+  done
 fi

@@ -39,9 +39,9 @@ def config(attn):
     return cfg
 
 
-def documents(n, seed=0):
+def documents(n, seed=0, shortest=128, longest=2048):
     g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(128, 2049, (n,), generator=g).tolist()
+    lengths = torch.randint(shortest, longest + 1, (n,), generator=g).tolist()
     return [{"input_ids": torch.randint(1, 4096, (k,), generator=g).tolist()} for k in lengths]
 
 
@@ -87,6 +87,12 @@ def main():
     p.add_argument("--collator", choices=["packing", "padding"], default="packing")
     p.add_argument("--sliding", choices=["fa4", "flex"], default="fa4", help="sliding-layer kernel of the shim")
     p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--model", choices=["small", "slice31b"], default="small",
+                   help="slice31b: benchmarks/e2e.py's 6-layer slice with Gemma4-31B layer shapes (long context)")
+    p.add_argument("--doc-len", type=int, nargs=2, default=[128, 2048], metavar=("MIN", "MAX"))
+    p.add_argument("--per-step", type=int, default=0, help="documents per step (default 8 packing, 4 padding)")
+    p.add_argument("--ckpt", choices=["none", "plain", "selective"], default="none",
+                   help="gradient_checkpointing through TrainingArguments (selective: ffpa_patch.checkpointing.context_fn)")
     p.add_argument("--profile-step", type=int, default=0, metavar="N",
                    help="torch.profiler over step N: GPU ms per kernel class (benchmarks/profile_split.py)")
     p.add_argument("--out")
@@ -102,9 +108,17 @@ def main():
         ffpa_patch.revert()
     ffpa_patch.reset_stats()
     torch.manual_seed(0)
-    model = Gemma4ForCausalLM(config("ffpa" if a.backend == "ffpa" else "sdpa"))
+    attn = "ffpa" if a.backend == "ffpa" else "sdpa"
+    if a.model == "slice31b":
+        from benchmarks.e2e import config as slice_config
+
+        cfg = slice_config(6)
+        cfg.pad_token_id, cfg._attn_implementation = 0, attn
+    else:
+        cfg = config(attn)
+    model = Gemma4ForCausalLM(cfg)
     model = model.to("cuda", torch.bfloat16 if a.precision == "bf16" else torch.float32)
-    per_step = 8 if a.collator == "packing" else 4
+    per_step = a.per_step or (8 if a.collator == "packing" else 4)
     collate = DataCollatorWithFlattening() if a.collator == "packing" else padding_collator
 
     times = []
@@ -132,12 +146,18 @@ def main():
             print(f"step {len(times)}: {times[-1]:.0f} ms, compiles {ffpa_patch.status().compiles}, cute.compile {jit}",
                   file=sys.stderr, flush=True)
 
+    ckpt_args = {}
+    if a.ckpt != "none":
+        kwargs = {"use_reentrant": False}
+        if a.ckpt == "selective":
+            kwargs["context_fn"] = ffpa_patch.checkpointing.context_fn
+        ckpt_args = {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": kwargs}
     args = TrainingArguments(
         output_dir="/tmp/trainer-bench", per_device_train_batch_size=per_step, max_steps=a.steps, report_to=[],
         logging_steps=1, save_strategy="no", learning_rate=1e-4, bf16=a.precision == "autocast",
-        dataloader_num_workers=0, remove_unused_columns=False, seed=0,
+        dataloader_num_workers=0, remove_unused_columns=False, seed=0, **ckpt_args,
     )
-    trainer = Trainer(model=model, args=args, train_dataset=documents(per_step * a.steps), data_collator=collate,
+    trainer = Trainer(model=model, args=args, train_dataset=documents(per_step * a.steps, 0, *a.doc_len), data_collator=collate,
                       callbacks=[Clock()])
     torch.cuda.reset_peak_memory_stats()
     from ffpa_patch.kernels import use
@@ -148,6 +168,7 @@ def main():
     status = ffpa_patch.status()
     row = {
         "backend": a.backend, "precision": a.precision, "collator": a.collator, "sliding": a.sliding, "steps": a.steps,
+        "model": a.model, "doc_len": a.doc_len, "per_step": per_step, "ckpt": a.ckpt,
         "median_step_ms": statistics.median(times[1:]), "first_step_ms": times[0], "step_ms": times,
         "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
         "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
