@@ -133,3 +133,26 @@ def test_peft_lora_on_q_k_v_o_runs_fused_and_trains_the_adapters(tmp_path, patch
     moved = [n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(p, before[n])]
     full_q = [n for n in moved if ".layers.5.self_attn.q_proj.lora_B" in n]
     assert full_q and len(moved) == len(before), sorted(set(before) - set(moved))
+
+
+def test_selective_checkpointing_through_trainingarguments_as_the_readme_shows(tmp_path, patched, strict_kernels):
+    """README: gradient_checkpointing_kwargs={"use_reentrant": False, "context_fn":
+    ffpa_patch.checkpointing.context_fn} in TrainingArguments. Trainer must accept it, the
+    layers must be checkpointed with it, and training must run fused."""
+    import ffpa_patch
+    from transformers import DataCollatorWithFlattening
+
+    model = tiny.causal_lm("dense31b", attn="ffpa").train()
+    seen = []
+    real = ffpa_patch.checkpointing.context_fn
+
+    def context_fn():  # the user's function, observed: it is what checkpoint() calls per layer
+        seen.append(1)
+        return real()
+
+    kwargs = {"use_reentrant": False, "context_fn": context_fn}
+    _, losses = train(tmp_path, model, DataCollatorWithFlattening(), bf16=True,
+                      gradient_checkpointing=True, gradient_checkpointing_kwargs=kwargs)
+    assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
+    assert len(seen) >= 3 * len(model.model.layers)  # every layer, every step
+    assert {r["kernel"] for r in stats.snapshot() if r["layer"] == "full"} == {"ffpa"}
