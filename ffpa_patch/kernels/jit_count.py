@@ -28,7 +28,7 @@ def held(prefix: str) -> int:
         for value in list(vars(module).values()):
             if not isinstance(value, types.FunctionType):
                 continue
-            for attr, cache in vars(value).items():
+            for attr, cache in list(vars(value).items()):  # another thread may be compiling
                 if attr.startswith("compile_cache") and id(cache) not in seen:
                     seen.add(id(cache))
                     total += _entries(cache)
