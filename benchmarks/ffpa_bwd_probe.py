@@ -333,26 +333,35 @@ def _nhd_back(gr):
     return tuple(_to_hnd(t) for t in gr[:3])
 
 
-def build_public_api_cutedsl(S):
-    """What a user gets from ffpa_attn_func(backend='cutedsl'): SM90 D512 kernels."""
-    q, k, v, do = get_inputs(S)
-    qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+def _public_api_builder(backend):
+    """What a user gets from ffpa_attn_func(backend=...): 'cutedsl' runs the SM90 D512 kernels,
+    'triton' the default Triton forward+backward (TritonBackend defaults)."""
 
-    def fwd():
-        return ffpa_attn_func(qg, kg, vg, is_causal=True, scale=SCALE, enable_gqa=True, backend="cutedsl")
+    def build(S):
+        q, k, v, do = get_inputs(S)
+        qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
 
-    state = {}
+        def fwd():
+            return ffpa_attn_func(qg, kg, vg, is_causal=True, scale=SCALE, enable_gqa=True, backend=backend)
 
-    def bwd():
-        if "out" not in state:
-            state["out"] = fwd()
-        return torch.autograd.grad(state["out"], (qg, kg, vg), do, retain_graph=True)
+        state = {}
 
-    def fwdbwd():
-        out = fwd()
-        return torch.autograd.grad(out, (qg, kg, vg), do)
+        def bwd():
+            if "out" not in state:
+                state["out"] = fwd()
+            return torch.autograd.grad(state["out"], (qg, kg, vg), do, retain_graph=True)
 
-    return fwd, bwd, fwdbwd, _ident, state
+        def fwdbwd():
+            out = fwd()
+            return torch.autograd.grad(out, (qg, kg, vg), do)
+
+        return fwd, bwd, fwdbwd, _ident, state
+
+    return build
+
+
+build_public_api_cutedsl = _public_api_builder("cutedsl")
+build_public_api_triton = _public_api_builder("triton")
 
 
 def build_cute_sm90_op(S):
@@ -467,28 +476,6 @@ def build_sdpa_efficient(S):
         return _efficient_attn_backward_aten(do, q, k, v, O2, lse2, True, SCALE)[:3]
 
     return fwd, bwd, fwdbwd, _ident, {}
-
-
-def build_public_api_triton(S):
-    """Public API with the default Triton forward+backward (TritonBackend defaults)."""
-    q, k, v, do = get_inputs(S)
-    qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-
-    def fwd():
-        return ffpa_attn_func(qg, kg, vg, is_causal=True, scale=SCALE, enable_gqa=True, backend="triton")
-
-    state = {}
-
-    def bwd():
-        if "out" not in state:
-            state["out"] = fwd()
-        return torch.autograd.grad(state["out"], (qg, kg, vg), do, retain_graph=True)
-
-    def fwdbwd():
-        out = fwd()
-        return torch.autograd.grad(out, (qg, kg, vg), do)
-
-    return fwd, bwd, fwdbwd, _ident, state
 
 
 # name -> (builder, description, cost_hint)

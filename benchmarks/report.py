@@ -36,6 +36,11 @@ def _recipe(r):
     return r["seq"], r.get("padded"), r.get("ckpt"), r.get("packed") or 0, bool(r.get("mixed")), bool(r.get("compiled"))
 
 
+def _stock_rates(rows):
+    """tokens/s of each recipe's stock row (stock without Liger), the denominator of "vs stock"."""
+    return {_recipe(r): r["tokens_per_s"] for r in rows if r["backend"] == "sdpa-stock" and not r.get("liger")}
+
+
 def _label(r):
     return r["backend"] + (" + liger" if r.get("liger") else "") + (" compiled" if r.get("compiled") else "")
 
@@ -43,8 +48,7 @@ def _label(r):
 def e2e_table(data):
     mark_order(data)
     rows = [r for r in data["rows"] if "error" not in r]
-    base = {_recipe(r): r["tokens_per_s"] for r in rows
-            if r["backend"] == "sdpa-stock" and not r.get("liger")}
+    base = _stock_rates(rows)
     lines = ["| seq | backend | tokens/s | vs stock sdpa | peak GiB | first step s | final loss |", "|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         if "error" in r:
@@ -60,8 +64,7 @@ def e2e_table(data):
 def long_context_table(data):
     lines = ["| seq | backend | checkpointing | packing | tokens/s | vs stock | peak GiB | first step s |", "|---|---|---|---|---|---|---|---|"]
     rows = [r for r in data["rows"] if "error" not in r]
-    base = {_recipe(r): r["tokens_per_s"] for r in rows
-            if r["backend"] == "sdpa-stock" and not r.get("liger")}
+    base = _stock_rates(rows)
     for r in data["rows"]:
         if "error" in r:
             lines.append(f"| {r['seq']} | {r['backend']} | | | {r['error'][:50]} | | | |")
