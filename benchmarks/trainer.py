@@ -3,7 +3,8 @@
 A small Gemma4 (6 layers: 5 sliding + 1 full, hidden 1536, head_dim 256/512, one global
 KV head), random weights, documents of 128-2048 tokens. Per process one recipe:
 backend (sdpa-stock: patch reverted; sdpa-dropin: patch on, model left on "sdpa";
-ffpa: attn_implementation="ffpa") x precision (autocast: fp32 weights, bf16=True;
+ffpa: attn_implementation="ffpa"; no-attention: attention replaced by passing q through, no
+kernel and no mask, patch reverted: the step no attention implementation can beat) x precision (autocast: fp32 weights, bf16=True;
 bf16: bf16 weights) x collator (packing: DataCollatorWithFlattening, 8 documents a
 step; padding: a padding collator, batch 4). Reports the median step (first excluded),
 the first step, peak memory, losses, routes and FlexAttention compiles.
@@ -55,6 +56,17 @@ def padding_collator(features):
     return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
 
 
+def register_no_attention():
+    """attn_implementation="no_attention": q passed through, k/v unused, no mask built. Not
+    attention at all: it measures what the rest of the Trainer step costs, i.e. the floor
+    under any attention kernel (how far the 3x target can be reached by attention alone)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register("no_attention", lambda module, q, k, v, mask, **kw: (q.transpose(1, 2), None))
+    AttentionMaskInterface.register("no_attention", lambda *args, **kwargs: None)
+
+
 def count_cutedsl_compiles():
     """{package: [compiles, seconds]} of cute.compile calls, wrapped when cutlass.cute is
     imported (so the import itself still lands in the first step, as for a user)."""
@@ -82,7 +94,7 @@ def count_cutedsl_compiles():
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--backend", choices=["sdpa-stock", "sdpa-dropin", "ffpa"], required=True)
+    p.add_argument("--backend", choices=["sdpa-stock", "sdpa-dropin", "ffpa", "no-attention"], required=True)
     p.add_argument("--precision", choices=["autocast", "bf16"], required=True)
     p.add_argument("--collator", choices=["packing", "padding"], default="packing")
     p.add_argument("--sliding", choices=["fa4", "flex"], default="fa4", help="sliding-layer kernel of the shim")
@@ -104,11 +116,13 @@ def main():
 
     from transformers import DataCollatorWithFlattening, Gemma4ForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
-    if a.backend == "sdpa-stock":
+    if a.backend in ("sdpa-stock", "no-attention"):
         ffpa_patch.revert()
+    if a.backend == "no-attention":
+        register_no_attention()
     ffpa_patch.reset_stats()
     torch.manual_seed(0)
-    attn = "ffpa" if a.backend == "ffpa" else "sdpa"
+    attn = {"ffpa": "ffpa", "no-attention": "no_attention"}.get(a.backend, "sdpa")
     if a.model == "slice31b":
         from benchmarks.e2e import config as slice_config
 

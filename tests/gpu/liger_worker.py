@@ -1,6 +1,9 @@
 """One process: liger-kernel's Gemma4 patches and ffpa_patch applied in the order given
 (``liger-first`` or ``ffpa-first``), a training step, then ffpa_patch.revert(). Liger has no
-revert, so each order gets its own process. Prints one JSON line."""
+revert, so each order gets its own process. Prints one JSON line.
+
+``python liger_worker.py ORDER cpu``: the same without the step (Liger's norms are Triton
+kernels, which need a GPU): which patches are in place with both, and what revert() leaves."""
 import json
 import os
 import sys
@@ -21,7 +24,7 @@ def step(model, ids):
     return loss.item(), [p.grad.float().norm().item() for p in model.parameters() if p.grad is not None]
 
 
-def main(order):
+def main(order, device="cuda"):
     from liger_kernel.transformers import apply_liger_kernel_to_gemma4_text
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
     from transformers.models.gemma4 import modeling_gemma4
@@ -29,10 +32,11 @@ def main(order):
     ffpa_patch.revert()
     stock_mapping = modeling_gemma4.ALL_ATTENTION_FUNCTIONS
     torch.manual_seed(0)
-    ids = torch.randint(0, 128, (2, 1024), device="cuda")
+    ids = torch.randint(0, 128, (2, 1024), device=device)
     cfg = dict(head_dim=256, hidden_size=256)
-    plain = tiny.causal_lm("dense31b", attn="sdpa", **cfg).to("cuda", torch.bfloat16)
-    want_loss, want_grads = step(plain, ids)
+    on_gpu = device == "cuda"
+    plain = tiny.causal_lm("dense31b", attn="sdpa", **cfg).to(device, torch.bfloat16)
+    want_loss, want_grads = step(plain, ids) if on_gpu else (None, [])
 
     if order == "liger-first":
         apply_liger_kernel_to_gemma4_text()
@@ -41,16 +45,19 @@ def main(order):
         ffpa_patch.apply()
         apply_liger_kernel_to_gemma4_text()
     stats.reset()
-    both = tiny.causal_lm("dense31b", attn="ffpa", **cfg).to("cuda", torch.bfloat16)
+    both = tiny.causal_lm("dense31b", attn="ffpa", **cfg).to(device, torch.bfloat16)
     both.load_state_dict(plain.state_dict())
-    loss, grads = step(both, ids)
+    loss, grads = step(both, ids) if on_gpu else (None, [])
+    applied = sorted(p["name"] for p in ffpa_patch.status().patches if p["state"] == "applied")
+    routing_mapping = modeling_gemma4.ALL_ATTENTION_FUNCTIONS is not stock_mapping
     norms = {type(m).__name__ for m in both.modules() if "RMSNorm" in type(m).__name__}
-    mlps = {type(m).__name__ for m in both.modules() if type(m).__name__.endswith("MLP")}
+    mlps = {type(m).__name__ for m in both.modules() if "MLP" in type(m).__name__}
     routed = stats.total("full", "ffpa")
     ffpa_patch.revert()
     print(json.dumps({
         "order": order, "loss": loss, "stock_loss": want_loss,
-        "max_grad_norm_rel_diff": max(abs(a - b) / max(b, 1e-6) for a, b in zip(grads, want_grads)),
+        "max_grad_norm_rel_diff": max((abs(a - b) / max(b, 1e-6) for a, b in zip(grads, want_grads)), default=None),
+        "applied_with_liger": applied, "dropin_mapping_with_liger": routing_mapping,
         "n_grads": [len(grads), len(want_grads)], "norms": sorted(norms), "mlps": sorted(mlps),
         "full_ffpa_calls": routed, "ffpa_registered_after_revert": "ffpa" in AttentionInterface._global_mapping,
         "mapping_restored": modeling_gemma4.ALL_ATTENTION_FUNCTIONS is stock_mapping is ALL_ATTENTION_FUNCTIONS,
@@ -59,4 +66,4 @@ def main(order):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])
