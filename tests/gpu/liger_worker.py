@@ -21,7 +21,13 @@ def step(model, ids):
     model.zero_grad(set_to_none=True)
     loss = model(ids, labels=ids).loss
     loss.backward()
-    return loss.item(), [p.grad.float().norm().item() for p in model.parameters() if p.grad is not None]
+    return loss.item(), {n: p.grad.float().norm().item() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def worst(grads: dict, reference: dict) -> list:
+    """[largest relative difference of a parameter's gradient norm, that parameter] (None on CPU)."""
+    diffs = [(abs(grads[n] - b) / max(b, 1e-6), n) for n, b in reference.items() if n in grads]
+    return list(max(diffs)) if diffs else None
 
 
 def main(order, device="cuda"):
@@ -36,7 +42,7 @@ def main(order, device="cuda"):
     cfg = dict(head_dim=256, hidden_size=256)
     on_gpu = device == "cuda"
     plain = tiny.causal_lm("dense31b", attn="sdpa", **cfg).to(device, torch.bfloat16)
-    want_loss, want_grads = step(plain, ids) if on_gpu else (None, [])
+    want_loss, want_grads = step(plain, ids) if on_gpu else (None, {})
 
     if order == "liger-first":
         apply_liger_kernel_to_gemma4_text()
@@ -47,16 +53,24 @@ def main(order, device="cuda"):
     stats.reset()
     both = tiny.causal_lm("dense31b", attn="ffpa", **cfg).to(device, torch.bfloat16)
     both.load_state_dict(plain.state_dict())
-    loss, grads = step(both, ids) if on_gpu else (None, [])
+    loss, grads = step(both, ids) if on_gpu else (None, {})
     applied = sorted(p["name"] for p in ffpa_patch.status().patches if p["state"] == "applied")
     routing_mapping = modeling_gemma4.ALL_ATTENTION_FUNCTIONS is not stock_mapping
     norms = {type(m).__name__ for m in both.modules() if "RMSNorm" in type(m).__name__}
     mlps = {type(m).__name__ for m in both.modules() if "MLP" in type(m).__name__}
     routed = stats.total("full", "ffpa")
     ffpa_patch.revert()
+    # Liger alone (ffpa_patch reverted, liger has no revert): the baseline that isolates ffpa_patch's effect
+    liger_loss, liger_grads = None, {}
+    if on_gpu:
+        liger_only = tiny.causal_lm("dense31b", attn="sdpa", **cfg).to(device, torch.bfloat16)
+        liger_only.load_state_dict(plain.state_dict())
+        liger_loss, liger_grads = step(liger_only, ids)
     print(json.dumps({
-        "order": order, "loss": loss, "stock_loss": want_loss,
-        "max_grad_norm_rel_diff": max((abs(a - b) / max(b, 1e-6) for a, b in zip(grads, want_grads)), default=None),
+        "order": order, "loss": loss, "stock_loss": want_loss, "liger_only_loss": liger_loss,
+        "grad_norm_rel_diff_vs_liger_only": worst(grads, liger_grads),
+        "grad_norm_rel_diff_vs_plain": worst(grads, want_grads),
+        "liger_only_grad_norm_rel_diff_vs_plain": worst(liger_grads, want_grads),
         "applied_with_liger": applied, "dropin_mapping_with_liger": routing_mapping,
         "n_grads": [len(grads), len(want_grads)], "norms": sorted(norms), "mlps": sorted(mlps),
         "full_ffpa_calls": routed, "ffpa_registered_after_revert": "ffpa" in AttentionInterface._global_mapping,
