@@ -157,18 +157,27 @@ def plot(data, path, title):
     fig.savefig(path, dpi=100)
 
 
-def trainer_rows(folder):
-    """The Trainer matrix (trainer/trainer.json): the first run of each recipe, speed-up vs stock."""
-    rows = load(os.path.join(folder, "trainer"), "trainer.json") or []
-    stock = {(r["precision"], r["collator"]): r["median_step_ms"] for r in rows if r["backend"] == "sdpa-stock"}
+def trainer_rows(folder, name=os.path.join("trainer", "trainer.json"), first_only=True):
+    """Trainer rows (the matrix, trainer/trainer.json, by default): with ``first_only`` the first
+    run of each recipe; speed-up against the first stock row of the same recipe ("-" without one)."""
+    rows = load(folder, name) or []
+    stock = {}
+    for r in rows:
+        if r["backend"] == "sdpa-stock":
+            stock.setdefault((r["precision"], r["collator"]), r["median_step_ms"])
     seen, out = set(), []
     for r in rows:
         key = (r["backend"], r["precision"], r["collator"], r["sliding"])
-        if key in seen:
+        if first_only and key in seen:
             continue
         seen.add(key)
-        out.append(dict(r, speedup=stock[(r["precision"], r["collator"])] / r["median_step_ms"]))
+        base = stock.get((r["precision"], r["collator"]))
+        out.append(dict(r, speedup=base / r["median_step_ms"] if base else None))
     return out
+
+
+def _ratio(x):
+    return f"{x:.2f}x" if x else "-"
 
 
 def trainer_table(rows):
@@ -177,7 +186,7 @@ def trainer_table(rows):
     for r in rows:
         jit = ", ".join(f"{k} {n} ({t:.0f} s)" for k, (n, t) in r["cutedsl_jit"].items()) or "none"
         lines.append(f"| {r['backend']} | {r['precision']} | {r['collator']} | {r['median_step_ms']:.1f} | "
-                     f"{r['speedup']:.2f}x | {r['first_step_ms'] / 1e3:.1f} | {r['peak_gib']:.1f} | {jit} |")
+                     f"{_ratio(r['speedup'])} | {r['first_step_ms'] / 1e3:.1f} | {r['peak_gib']:.1f} | {jit} |")
     return "\n".join(lines)
 
 
@@ -230,6 +239,15 @@ def main():
     if rows:
         print("### trainer/trainer.json (benchmarks/trainer_matrix.sh)\n\n" + trainer_table(rows) + "\n")
         trainer_plot(rows, os.path.join(folder, "trainer", "trainer.png"))
+    h100 = "h100_2026-12-06"
+    for name in ("trainer_floor.json", "trainer_floor_repeat.json"):
+        rows = trainer_rows(folder, os.path.join(h100, name), first_only=False)
+        if rows:
+            print(f"### {h100}/{name} (the floor under any attention kernel)\n\n" + trainer_table(rows) + "\n")
+    for name in ("liger_8k.json", "compile_8k.json"):
+        data = load(folder, os.path.join(h100, name))
+        if data:
+            print(f"### {h100}/{name}\n\n" + e2e_table(data) + "\n")
     prof = load(folder, os.path.join("trainer", "trainer_profile.json"))
     if prof:
         print("### trainer/trainer_profile.json (trainer.py --profile-step 8)\n\n" + trainer_profile_table(prof) + "\n")
