@@ -39,9 +39,12 @@ def test_greedy_generate_of_a_left_padded_batch_gives_stock_tokens(family, cache
             n_full = tiny.text_config(family).layer_types.count("full_attention")
             prefill = {"dynamic": ("full", "ffpa", "varlen (padding/packing)"),
                        "static": ("full", "sdpa", "q_len != kv_len (cache or chunked prefill)")}[cache]
-            assert routes.get(prefill) == n_full, routes  # the left-padded prompt, once per full layer
-            assert routes.get(("sliding", "fa4", "varlen (padding/packing)")), routes
-            assert routes.get(("full", "sdpa", "decode (q_len == 1)")) == 11 * n_full, routes
+            # 12 forwards (the prompt, then 11 steps of one token) through every full layer. From
+            # Transformers 5.23 E2B's KV-shared layers see only the last prompt token (one query).
+            assert sum(n for (layer, _, _), n in routes.items() if layer == "full") == 12 * n_full, routes
+            assert routes.get(prefill, 0) >= 1, routes  # the left-padded prompt
+            assert routes.get(("sliding", "fa4", "varlen (padding/packing)"), 0) >= 1, routes
+            assert routes.get(("full", "sdpa", "decode (q_len == 1)")) >= 11 * n_full, routes
     finally:
         ffpa_patch.revert()
         ffpa_patch.reset_stats()
