@@ -3,10 +3,10 @@
 A small Gemma4 (6 layers: 5 sliding + 1 full, hidden 1536, head_dim 256/512, one global
 KV head), random weights, documents of 128-2048 tokens. Per process one recipe:
 backend (sdpa-stock: patch reverted; sdpa-dropin: patch on, model left on "sdpa";
-ffpa: attn_implementation="ffpa"; no-attention: attention replaced by passing q through, no
-kernel and no mask, patch reverted: the step no attention implementation can beat) x precision (autocast: fp32 weights, bf16=True;
-bf16: bf16 weights) x collator (packing: DataCollatorWithFlattening, 8 documents a
-step; padding: a padding collator, batch 4). Reports the median step (first excluded),
+ffpa: attn_implementation="ffpa"; no-attention: q passed through, no kernel and no mask,
+patch reverted: the step no attention implementation can beat) x precision (autocast: fp32
+weights, bf16=True; bf16: bf16 weights) x collator (packing: DataCollatorWithFlattening,
+8 documents a step; padding: a padding collator, batch 4). Reports the median step (first excluded),
 the first step, peak memory, losses, routes and FlexAttention compiles.
 
 python benchmarks/trainer.py --backend ffpa --precision autocast --collator packing --out benchmarks/results/trainer.json --append

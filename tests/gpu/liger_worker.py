@@ -30,6 +30,18 @@ def worst(grads: dict, reference: dict) -> list:
     return list(max(diffs)) if diffs else None
 
 
+def run(order: str, device: str = "cuda") -> dict:
+    """This worker in a fresh interpreter (liger has no revert); its JSON line as a dict."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), order, device], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main(order, device="cuda"):
     from liger_kernel.transformers import apply_liger_kernel_to_gemma4_text
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface

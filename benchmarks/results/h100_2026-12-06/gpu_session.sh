@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The driver of this folder's two H100 runs: bash gpu_session.sh T L8 G, then T2 and
 # python benchmarks/e2e.py --steps 4 --out $OUT/compile8k.json --seqs 8192 --compile --backends ffpa
+# Run from the repository root with OUT set to a folder, on a GPU machine with ffpa-attn,
+# flash-attn-4 and liger-kernel installed (.gpu/activate.sh, if present, puts them on the path).
 set -u
-source .gpu/activate.sh
+[ -f .gpu/activate.sh ] && source .gpu/activate.sh
 pip install -q --no-deps --no-build-isolation -e . > /tmp/install.log 2>&1 || cat /tmp/install.log
 export PYTHONPATH=$PWD:$PYTHONPATH
 t0=$(date +%s)
