@@ -139,7 +139,7 @@ def _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_mo
     take_peak()
     step(track=True)  # one more, untimed, with the peak per phase
     row = dict(backend=backend, seq=seq, batch=batch, layers=layers, padded=padded, packed=packed, mixed=mixed, liger=liger, ckpt=ckpt, optimizer=optimizer,
-               compiled=compile_model, tokens_per_s=int(mask.sum()) / median, step_s=median, first_step_s=times[0],
+               compiled=compile_model, tokens_per_s=int(mask.sum()) / median, step_s=median, first_step_s=times[0], step_times_s=times,
                peak_gib=max(peaks), phase_peak_gib=dict(phase_peaks), losses=losses, routes=ffpa_patch.stats())
     if compile_model:
         row["graph_breaks"] = {k: v for k, v in counters["graph_break"].items()}

@@ -4,7 +4,10 @@ A small Gemma4 (6 layers: 5 sliding + 1 full, hidden 1536, head_dim 256/512, one
 KV head), random weights, documents of 128-2048 tokens. Per process one recipe:
 backend (sdpa-stock: patch reverted; sdpa-dropin: patch on, model left on "sdpa";
 ffpa: attn_implementation="ffpa"; no-attention: q passed through, no kernel and no mask,
-patch reverted: the step no attention implementation can beat) x precision (autocast: fp32
+patch reverted: the step no attention implementation can beat; no-kernel: q + k + v summed
+per head group, so the k/v projections, norms and rotary and their backward still run, but
+no attention kernel and no mask: the step minus what an attention kernel and its mask cost)
+x precision (autocast: fp32
 weights, bf16=True; bf16: bf16 weights) x collator (packing: DataCollatorWithFlattening,
 8 documents a step; padding: a padding collator, batch 4). Reports the median step (first excluded),
 the first step, peak memory, losses, routes and FlexAttention compiles.
@@ -65,6 +68,17 @@ def register_no_attention():
 
     AttentionInterface.register("no_attention", lambda module, q, k, v, mask, **kw: (q.transpose(1, 2), None))
     AttentionMaskInterface.register("no_attention", lambda *args, **kwargs: None)
+    AttentionInterface.register("no_kernel", sum_per_head_group)
+    AttentionMaskInterface.register("no_kernel", lambda *args, **kwargs: None)
+
+
+def sum_per_head_group(module, q, k, v, mask, **kw):
+    """attn_implementation="no_kernel": q + k + v of each query head's KV group, one
+    elementwise kernel instead of attention, so gradients still reach k and v."""
+    b, h, s, d = q.shape
+    hk = k.shape[1]
+    out = q.view(b, hk, h // hk, s, d) + (k + v)[:, :, None]
+    return out.view(b, h, s, d).transpose(1, 2), None
 
 
 def count_cutedsl_compiles():
@@ -94,7 +108,7 @@ def count_cutedsl_compiles():
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--backend", choices=["sdpa-stock", "sdpa-dropin", "ffpa", "no-attention"], required=True)
+    p.add_argument("--backend", choices=["sdpa-stock", "sdpa-dropin", "ffpa", "no-attention", "no-kernel"], required=True)
     p.add_argument("--precision", choices=["autocast", "bf16"], required=True)
     p.add_argument("--collator", choices=["packing", "padding"], default="packing")
     p.add_argument("--sliding", choices=["fa4", "flex"], default="fa4", help="sliding-layer kernel of the shim")
@@ -106,7 +120,8 @@ def main():
     p.add_argument("--ckpt", choices=["none", "plain", "selective"], default="none",
                    help="gradient_checkpointing through TrainingArguments (selective: ffpa_patch.checkpointing.context_fn)")
     p.add_argument("--profile-step", type=int, default=0, metavar="N",
-                   help="torch.profiler over step N: GPU ms per kernel class (benchmarks/profile_split.py)")
+                   help="torch.profiler over step N: GPU ms per kernel class and host ms per Python function "
+                        "(benchmarks/profile_split.py); the profiled step itself is slower")
     p.add_argument("--out")
     p.add_argument("--append", action="store_true")
     a = p.parse_args()
@@ -116,13 +131,13 @@ def main():
 
     from transformers import DataCollatorWithFlattening, Gemma4ForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
-    if a.backend in ("sdpa-stock", "no-attention"):
+    if a.backend in ("sdpa-stock", "no-attention", "no-kernel"):
         ffpa_patch.revert()
-    if a.backend == "no-attention":
+    if a.backend in ("no-attention", "no-kernel"):
         register_no_attention()
     ffpa_patch.reset_stats()
     torch.manual_seed(0)
-    attn = {"ffpa": "ffpa", "no-attention": "no_attention"}.get(a.backend, "sdpa")
+    attn = {"ffpa": "ffpa", "no-attention": "no_attention", "no-kernel": "no_kernel"}.get(a.backend, "sdpa")
     if a.model == "slice31b":
         from benchmarks.e2e import config as slice_config
 
@@ -145,7 +160,7 @@ def main():
             if len(times) + 1 == a.profile_step:
                 from torch.profiler import ProfilerActivity, profile
 
-                self.prof = profile(activities=[ProfilerActivity.CUDA])
+                self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True)
                 self.prof.__enter__()
             self.t = time.perf_counter()
 

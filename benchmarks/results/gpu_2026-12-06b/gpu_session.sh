@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The driver of this folder's GPU runs: bash gpu_session.sh PART... with OUT set to a folder,
+# from the repository root, on a GPU machine with ffpa-attn, flash-attn-4 and liger-kernel
+# installed (.gpu/activate.sh, if present, puts them on the path).
+set -u
+[ -f .gpu/activate.sh ] && source .gpu/activate.sh
+pip install -q --no-deps --no-build-isolation -e . > /tmp/install.log 2>&1 || cat /tmp/install.log
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a $OUT/session.log; }
+nvidia-smi --query-gpu=name,memory.total,power.limit --format=csv >> $OUT/session.log
+trainer() {  # json backend precision collator [more trainer.py args]
+  local json=$1; shift
+  stamp "trainer $*"
+  timeout 180 python benchmarks/trainer.py --backend "$@" --out $OUT/$json.json --append 2>&1 \
+    | grep -v "it/s\]\|s/it\]" | grep '^{' | cut -c1-600 >> $OUT/trainer.log
+}
+row() {  # seconds json e2e-args
+  local limit=$1 json=$2; shift 2
+  stamp "e2e $*"
+  echo "== $*" >> $OUT/long_context.log
+  timeout $limit python benchmarks/e2e.py --steps 3 --append --out $OUT/$json.json "$@" 2>&1 | grep "^{" | cut -c1-700 >> $OUT/long_context.log \
+    || echo "   (no row: exit or timeout after ${limit}s)" >> $OUT/long_context.log
+}
+for part in "$@"; do case "$part" in
+F)  # #14: the floors and the rows they bound, autocast + padding
+  trainer floor sdpa-stock autocast --collator padding
+  trainer floor no-attention autocast --collator padding
+  trainer floor no-kernel autocast --collator padding
+  trainer floor ffpa autocast --collator padding
+  ;;
+P)  # #14: where the shim's padded step goes, host and GPU
+  trainer profile ffpa autocast --collator padding --steps 12 --profile-step 8
+  trainer profile no-kernel autocast --collator padding --steps 12 --profile-step 8
+  ;;
+LT)
+  stamp "liger gpu test"
+  timeout 200 python -m pytest -m gpu -q -p no:cacheprovider -k liger -s 2>&1 | tail -30 > $OUT/gpu-tests-liger.log
+  ;;
+G)
+  stamp "gpu tests"
+  timeout ${TESTS_S:-330} python -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tail -40 > $OUT/gpu-tests.log
+  ;;
+L64)
+  row 150 long_context --seqs 65536 --ckpt selective --backends ffpa
+  row 220 long_context --seqs 65536 --ckpt selective --backends sdpa-stock
+  ;;
+L128)
+  row 200 long_context --seqs 131072 --ckpt selective --backends ffpa
+  ;;
+L32)
+  row 120 liger --seqs 32768 --ckpt selective --backends ffpa --liger
+  row 150 liger --seqs 32768 --ckpt selective --backends sdpa-stock --liger
+  ;;
+MX)
+  row 120 long_context --seqs 32768 --ckpt selective --packed 8 --mixed --backends ffpa
+  row 150 long_context --seqs 32768 --ckpt selective --packed 8 --mixed --backends sdpa-stock
+  ;;
+PL)
+  row 120 long_context --seqs 32768 --ckpt plain --backends ffpa
+  ;;
+CMP)
+  row 170 long_context --seqs 32768 --ckpt selective --compile --steps 5 --backends ffpa
+  ;;
+esac; done
+stamp done
