@@ -9,10 +9,10 @@ export PYTHONPATH=$PWD:${PYTHONPATH:-}
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a $OUT/session.log; }
 nvidia-smi --query-gpu=name,memory.total,power.limit --format=csv >> $OUT/session.log
-trainer() {  # json backend precision collator [more trainer.py args]
-  local json=$1; shift
-  stamp "trainer $*"
-  timeout 180 python benchmarks/trainer.py --backend "$@" --out $OUT/$json.json --append 2>&1 \
+trainer() {  # json backend precision [more trainer.py args]
+  local json=$1 backend=$2 precision=$3; shift 3
+  stamp "trainer $backend $precision $*"
+  timeout 180 python benchmarks/trainer.py --backend $backend --precision $precision "$@" --out $OUT/$json.json --append 2>&1 \
     | grep -v "it/s\]\|s/it\]" | grep '^{' | cut -c1-600 >> $OUT/trainer.log
 }
 row() {  # seconds json e2e-args
