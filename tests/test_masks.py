@@ -56,3 +56,34 @@ def test_analysis_is_shared_by_views_of_one_mask_and_redone_after_a_write():
     mask[0, 0, :, 0] = False  # token 0 is now padding (it sees nothing, not even itself)
     again = analyse(view, 1, None)
     assert again is not first and (first.kind, again.kind) == ("dense", "varlen")
+
+
+def test_random_padding_and_packing_layouts_match_their_construction():
+    """Rows of documents after optional left padding (and right padding), with and without a
+    window, as bool and as additive masks: the layout's bounds, indices and longest segment
+    are exactly the documents'."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(150):
+        seq, batch, window = rng.randint(2, 20), rng.randint(1, 3), rng.choice([None, 3])
+        mask = torch.zeros(batch, 1, seq, seq, dtype=torch.bool)
+        lengths, real = [], []
+        for b in range(batch):
+            p = rng.randint(0, seq // 2)
+            while p < seq and (not lengths or rng.random() < 0.7):
+                n = rng.randint(1, seq - p)
+                mask[b, 0, p : p + n, p : p + n] = causal(n, window)
+                lengths.append(n)
+                real += range(b * seq + p, b * seq + p + n)
+                p += n
+        as_float = rng.random() < 0.3
+        given = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min) if as_float else mask
+        lay = analyse(given, batch, window)
+        if lay.kind == "dense":
+            assert lengths == [seq] * batch
+            continue
+        assert lay.kind == "varlen"
+        assert lay.cu_seqlens.tolist() == [sum(lengths[:i]) for i in range(len(lengths) + 1)]
+        assert lay.cu_seqlens.dtype == torch.int32 and lay.max_seqlen == max(lengths)
+        assert lay.indices.tolist() == real

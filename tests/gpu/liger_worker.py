@@ -30,6 +30,12 @@ def worst(grads: dict, reference: dict) -> list:
     return list(max(diffs)) if diffs else None
 
 
+def top(grads: dict, reference: dict, k: int = 3) -> list:
+    """The k parameters whose gradient norms differ most: [relative difference, name, norm, reference norm]."""
+    diffs = sorted(((abs(grads[n] - b) / max(b, 1e-6), n, grads[n], b) for n, b in reference.items() if n in grads), reverse=True)
+    return [list(d) for d in diffs[:k]]
+
+
 def run(order: str, device: str = "cuda") -> dict:
     """This worker in a fresh interpreter (liger has no revert); its JSON line as a dict."""
     import subprocess
@@ -55,6 +61,14 @@ def main(order, device="cuda"):
     on_gpu = device == "cuda"
     plain = tiny.causal_lm("dense31b", attn="sdpa", **cfg).to(device, torch.bfloat16)
     want_loss, want_grads = step(plain, ids) if on_gpu else (None, {})
+    ffpa_only_grads = {}
+    if on_gpu:  # ffpa_patch without Liger: how far the kernels alone move each gradient norm
+        ffpa_patch.apply()
+        ffpa_only = tiny.causal_lm("dense31b", attn="ffpa", **cfg).to(device, torch.bfloat16)
+        ffpa_only.load_state_dict(plain.state_dict())
+        _, ffpa_only_grads = step(ffpa_only, ids)
+        del ffpa_only
+        ffpa_patch.revert()
 
     if order == "liger-first":
         apply_liger_kernel_to_gemma4_text()
@@ -83,6 +97,9 @@ def main(order, device="cuda"):
         "grad_norm_rel_diff_vs_liger_only": worst(grads, liger_grads),
         "grad_norm_rel_diff_vs_plain": worst(grads, want_grads),
         "liger_only_grad_norm_rel_diff_vs_plain": worst(liger_grads, want_grads),
+        "ffpa_only_grad_norm_rel_diff_vs_plain": worst(ffpa_only_grads, want_grads),
+        "top_both_vs_liger_only": top(grads, liger_grads), "top_ffpa_only_vs_plain": top(ffpa_only_grads, want_grads),
+        "top_liger_only_vs_plain": top(liger_grads, want_grads),
         "applied_with_liger": applied, "dropin_mapping_with_liger": routing_mapping,
         "n_grads": [len(grads), len(want_grads)], "norms": sorted(norms), "mlps": sorted(mlps),
         "full_ffpa_calls": routed, "ffpa_registered_after_revert": "ffpa" in AttentionInterface._global_mapping,

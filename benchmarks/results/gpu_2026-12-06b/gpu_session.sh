@@ -33,6 +33,23 @@ P)  # #14: where the shim's padded step goes, host and GPU
   trainer profile ffpa autocast --collator padding --steps 12 --profile-step 8
   trainer profile no-kernel autocast --collator padding --steps 12 --profile-step 8
   ;;
+AB)  # #14: masks.analyse with one read-back against the previous seven (.gpu_base: the old package)
+  for i in 1 2; do
+    trainer ab ffpa autocast --collator padding
+    stamp "baseline (.gpu_base)"
+    (cd .gpu_base && timeout 180 python benchmarks/trainer.py --backend ffpa --precision autocast --collator padding \
+      --out $OUT/ab_base.json --append 2>&1 | grep '^{' | cut -c1-300 >> $OUT/trainer.log)
+  done
+  trainer ab sdpa-stock autocast --collator padding
+  ;;
+LD)  # the Liger pair's gradient question: every comparison's three largest differences
+  stamp "liger worker"
+  for order in ffpa-first liger-first; do timeout 200 python tests/gpu/liger_worker.py $order cuda 2>/dev/null | tail -1 >> $OUT/liger_worker.jsonl; done
+  ;;
+L32P)
+  row 120 long_context --seqs 32768 --ckpt selective --backends ffpa
+  row 150 long_context --seqs 32768 --ckpt selective --backends sdpa-stock
+  ;;
 LT)
   stamp "liger gpu test"
   timeout 200 python -m pytest -m gpu -q -p no:cacheprovider -k liger -s 2>&1 | tail -30 > $OUT/gpu-tests-liger.log
