@@ -71,22 +71,19 @@ def analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
 
 
 def _analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
-    """Every fact the decision needs is read back in one device->host copy (plus nonzero's,
-    right after it): each read waits for the GPU queue to drain, and the full layer's mask is
-    first read deep inside the forward, where a drain leaves the GPU idle."""
     other = Layout("other", allowed=mask if is_bool_4d(mask) else None)
-    if mask.dim() != 4 or mask.shape[-1] != mask.shape[-2] or batch == 0 or mask.shape[-1] == 0:
-        return other  # batch 0: stock's own handling, via SDPA
-    must_hold = []  # each must be True for the mask to be a hard mask, the same for every head
+    if mask.dim() != 4 or mask.shape[-1] != mask.shape[-2]:
+        return other
     if mask.dtype == torch.bool:
         allowed = mask
     else:
         allowed = mask == 0
         # Only 0 (attend) and the dtype's min or -inf (masked) are a hard mask; a finite bias
         # (a soft mask, ALiBi) must reach SDPA as given.
-        must_hold.append((allowed | (mask <= torch.finfo(mask.dtype).min)).all())
-    if allowed.shape[1] != 1:
-        must_hold.append((allowed == allowed[:, :1]).all())
+        if not bool((allowed | (mask <= torch.finfo(mask.dtype).min)).all()):
+            return other
+    if allowed.shape[1] != 1 and not bool((allowed == allowed[:, :1]).all()):
+        return other
     allowed = allowed[:, 0]
     seq = allowed.shape[-1]
     real = allowed.diagonal(dim1=-2, dim2=-1)
@@ -102,28 +99,21 @@ def _analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
             expected &= (rows - pos) < window
         wrong = (allowed[:, r0 : r0 + _ROW_CHUNK] != expected) & real[:, r0 : r0 + _ROW_CHUNK, None]
         bad |= wrong.any()
-    must_hold.append(~bad)
+    if bad.item():
+        return other
     real, starts, segment = (t.expand(batch, seq) for t in (real, starts, segment))
-    per_row = starts.sum(-1)
-    # a segment is a run of real tokens: its length is the run length at its last token
-    run = torch.where(real, pos - torch.where(starts, pos, 0).cummax(-1).values + 1, 0)
-    dense = (real.all(-1) & (per_row == 1)).all()
-    *holds, n_real, n_segments, max_seqlen, is_dense = torch.stack(
-        [*must_hold, real.sum(), per_row.sum(), run.max(), dense]).long().tolist()
-    if not all(holds):
+    if not bool(real.any()):  # nothing but padding (or batch 0): stock's own handling, via SDPA
         return other
-    if n_real == 0:  # nothing but padding: stock's own handling, via SDPA
-        return other
-    if is_dense:
+    if bool((real.all(-1) & (starts.sum(-1) == 1)).all()):
         return Layout("dense")
+    per_row = starts.sum(-1)
     row_offset = torch.nn.functional.pad(per_row.cumsum(0)[:-1], (1, 0))
     global_segment = (segment + row_offset[:, None]).flatten()
     indices = real.flatten().nonzero().squeeze(1)
-    # packed tokens' segment ids run 1, 1, ..., n_segments: each id's first index is a bound
-    bounds = torch.arange(1, n_segments + 2, device=mask.device)
-    cu_seqlens = torch.searchsorted(global_segment[indices], bounds).to(torch.int32)
+    lengths = torch.bincount(global_segment[indices] - 1, minlength=int(per_row.sum()))
+    cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
     segments = torch.where(real, global_segment.view(batch, seq), 0).to(torch.int32)
-    return Layout("varlen", indices, cu_seqlens, max_seqlen, segments)
+    return Layout("varlen", indices, cu_seqlens, int(lengths.max()), segments)
 
 
 def is_bool_4d(mask: torch.Tensor) -> bool:

@@ -46,6 +46,10 @@ LD)  # the Liger pair's gradient question: every comparison's three largest diff
   stamp "liger worker"
   for order in ffpa-first liger-first; do timeout 200 python tests/gpu/liger_worker.py $order cuda 2>/dev/null | tail -1 >> $OUT/liger_worker.jsonl; done
   ;;
+GP)  # the gradient probe: q_proj gradients per layer against fp32
+  stamp "grad probe"
+  timeout 240 python tests/gpu/grad_probe.py 2>/dev/null >> $OUT/grad_probe.jsonl
+  ;;
 L32P)
   row 120 long_context --seqs 32768 --ckpt selective --backends ffpa
   row 150 long_context --seqs 32768 --ckpt selective --backends sdpa-stock

@@ -1,0 +1,57 @@
+"""Per-layer q_proj gradient error against the fp32 eager model, for stock SDPA, eager and
+the shim (flash-attn-4 or FlexAttention sliding layers), in bf16: the liger worker's setup
+(tiny dense31b, head_dim 256, hidden 256, two rows of 1024 random tokens, the LM loss).
+python tests/gpu/grad_probe.py  (one JSON line per setting)"""
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import ffpa_patch  # noqa: E402
+import tiny  # noqa: E402
+from ffpa_patch.kernels import use  # noqa: E402
+from ffpa_patch.kernels.cute import CuteKernels  # noqa: E402
+
+
+def grads(model, ids):
+    model.train()
+    model.zero_grad(set_to_none=True)
+    loss = model(ids, labels=ids).loss
+    loss.backward()
+    return loss.item(), [l.self_attn.q_proj.weight.grad.float().clone() for l in model.model.layers]
+
+
+def main():
+    for seq, window in ((512, 8), (1024, 8), (1024, 128)):
+        torch.manual_seed(0)
+        ids = torch.randint(0, 128, (2, seq), device="cuda")
+        cfg = dict(head_dim=256, hidden_size=256, sliding_window=window)
+        ffpa_patch.revert()
+        ref = tiny.causal_lm("dense31b", attn="eager", **cfg).cuda()
+        ref_loss, want = grads(ref, ids)
+        rows = {}
+        for name, attn, kernels in (("sdpa", "sdpa", None), ("eager", "eager", None), ("ffpa+fa4", "ffpa", True),
+                                    ("ffpa+flex", "ffpa", False)):
+            if attn == "ffpa":
+                ffpa_patch.apply()
+            else:
+                ffpa_patch.revert()
+            model = tiny.causal_lm("dense31b", attn=attn, **cfg).to("cuda", torch.bfloat16)
+            model.load_state_dict(ref.state_dict())
+            if kernels is None:
+                loss, got = grads(model, ids)
+            else:
+                with use(CuteKernels(fa4=kernels)):
+                    loss, got = grads(model, ids)
+            rows[name] = {"loss": round(loss, 4),
+                          "q_proj_rel_err": [round(float((g - w).norm() / w.norm()), 4) for g, w in zip(got, want)],
+                          "q_proj_norm": [round(float(g.norm()), 3) for g in got]}
+        print(json.dumps({"seq": seq, "window": window, "fp32_loss": round(ref_loss, 4),
+                          "fp32_q_proj_norm": [round(float(w.norm()), 3) for w in want], **rows}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
