@@ -38,11 +38,32 @@ def text_config(family: str = "dense31b", attn: str = "eager", **overrides):
     return cfg
 
 
-def causal_lm(family: str = "dense31b", attn: str = "eager", seed: int = 0, **overrides):
+def causal_lm(family: str = "dense31b", attn: str = "eager", seed: int = 0, tempered: bool = True, **overrides):
     from transformers import Gemma4ForCausalLM
 
     torch.manual_seed(seed)
     model = Gemma4ForCausalLM(text_config(family, attn, **overrides)).float().eval()
+    return temper(model) if tempered else model
+
+
+def temper(model):
+    """Scale every text attention's q_norm/k_norm weights to head_dim**-0.25, so attention
+    logits are ~N(0, 1), as trained Gemma4 checkpoints keep them.
+
+    Gemma4 attends with scaling 1.0 on RMS-normed q and k, and those norms start at weight 1:
+    a random model's logits then have a standard deviation of sqrt(head_dim) (16-23), every
+    softmax is saturated, and its gradients are rounding noise. In bf16 the q_proj gradient's
+    error against fp32 was 1.1-1.6 for every implementation, stock SDPA included, so a
+    backward that returned zeros (error 1.0) would have passed a comparison with stock.
+    Tempered, it is ~0.03 in bf16 and ~0.007 in fp16 (CPU, stock SDPA, tests/gpu/grad_probe.py's setup).
+    """
+    with torch.no_grad():
+        for module in model.modules():
+            if type(module).__name__.endswith("TextAttention"):
+                for name in ("q_norm", "k_norm"):  # KV-shared layers have no k_norm
+                    norm = getattr(module, name, None)
+                    if norm is not None:
+                        norm.weight.fill_(module.head_dim ** -0.25)
     return model
 
 
@@ -63,7 +84,7 @@ def vision_lm(family: str = "dense31b", attn: str = "eager", seed: int = 0):
                        audio_token_id=124, boa_token_id=125, eoa_token_index=126)
     cfg._attn_implementation = attn
     torch.manual_seed(seed)
-    return Gemma4ForConditionalGeneration(cfg).float().eval()
+    return temper(Gemma4ForConditionalGeneration(cfg).float().eval())
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:

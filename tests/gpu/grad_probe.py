@@ -1,7 +1,8 @@
 """Per-layer q_proj gradient error against the fp32 eager model, for stock SDPA, eager and
 the shim (flash-attn-4 or FlexAttention sliding layers), in bf16: the liger worker's setup
 (tiny dense31b, head_dim 256, hidden 256, two rows of 1024 random tokens, the LM loss).
-python tests/gpu/grad_probe.py  (one JSON line per setting)"""
+python tests/gpu/grad_probe.py [--untempered]  (one JSON line per setting; --untempered:
+q_norm/k_norm left at weight 1, as in benchmarks/results/gpu_2026-12-06b/h100_c/grad_probe.jsonl)"""
 import json
 import os
 import sys
@@ -25,12 +26,13 @@ def grads(model, ids):
 
 
 def main():
+    tempered = "--untempered" not in sys.argv
     for seq, window in ((512, 8), (1024, 8), (1024, 128)):
         torch.manual_seed(0)
         ids = torch.randint(0, 128, (2, seq), device="cuda")
         cfg = dict(head_dim=256, hidden_size=256, sliding_window=window)
         ffpa_patch.revert()
-        ref = tiny.causal_lm("dense31b", attn="eager", **cfg).cuda()
+        ref = tiny.causal_lm("dense31b", attn="eager", tempered=tempered, **cfg).cuda()
         ref_loss, want = grads(ref, ids)
         rows = {}
         for name, attn, kernels in (("sdpa", "sdpa", None), ("eager", "eager", None), ("ffpa+fa4", "ffpa", True),
@@ -39,7 +41,7 @@ def main():
                 ffpa_patch.apply()
             else:
                 ffpa_patch.revert()
-            model = tiny.causal_lm("dense31b", attn=attn, **cfg).to("cuda", torch.bfloat16)
+            model = tiny.causal_lm("dense31b", attn=attn, tempered=tempered, **cfg).to("cuda", torch.bfloat16)
             model.load_state_dict(ref.state_dict())
             if kernels is None:
                 loss, got = grads(model, ids)
@@ -49,7 +51,7 @@ def main():
             rows[name] = {"loss": round(loss, 4),
                           "q_proj_rel_err": [round(float((g - w).norm() / w.norm()), 4) for g, w in zip(got, want)],
                           "q_proj_norm": [round(float(g.norm()), 3) for g in got]}
-        print(json.dumps({"seq": seq, "window": window, "fp32_loss": round(ref_loss, 4),
+        print(json.dumps({"seq": seq, "window": window, "tempered": tempered, "fp32_loss": round(ref_loss, 4),
                           "fp32_q_proj_norm": [round(float(w.norm()), 3) for w in want], **rows}), flush=True)
 
 

@@ -157,8 +157,9 @@ def test_flex_sliding_fwd_and_grads_match_reference(kind):
 @pytest.mark.parametrize("kind", ["text", "padded", "packed"])
 def test_tiny_gemma4_gradients_at_stock_sdpa_error_level(kind):
     """Attention-weight gradients of the low-precision model vs the fp32 model: the real
-    kernels stay at the error level of stock SDPA in the same dtype (this random tiny model
-    amplifies any bf16 rounding, so the noise floor, not a fixed tolerance, is the yardstick)."""
+    kernels stay at the error level of stock SDPA in the same dtype (bf16 rounding of the
+    whole model sets that floor, ~3% for tiny.temper's models, so it, not a fixed tolerance,
+    is the yardstick; a backward returning zeros would be at 100%)."""
     fp32, low = _model_pair("dense31b", torch.bfloat16)
     ids, kw, valid = _batch(kind)
 
@@ -337,11 +338,14 @@ def test_ffpa_kernels_from_disk_match_a_fresh_compile_bit_for_bit(tmp_path):
 def test_liger_and_ffpa_patch_stack_in_either_order_and_revert_stays_exact(order):
     """liger-kernel's Gemma4 patches (RMSNorm, GEGLU MLP, fused linear cross entropy) and
     ffpa_patch's attention touch disjoint names: with both, the full layers still run FFPA,
-    the norms and MLPs are Liger's, loss and gradients match Liger alone on stock sdpa (the
-    baseline that isolates ffpa_patch), and revert() takes back ffpa_patch's changes only
-    (liger has no revert: one process each). Against the plain model (no Liger) the first
-    run (H100, 2026-12-06) found one gradient norm 21% off with the loss equal: printed, to
-    tell Liger's own numerics from the pair's."""
+    the norms and MLPs are Liger's, the loss matches and each layer's q_proj gradient is as
+    close to the fp32 model's as Liger alone on stock sdpa gets (the baseline that isolates
+    ffpa_patch; the yardstick of the gradient test above), and revert() takes back
+    ffpa_patch's changes only (liger has no revert: one process each). An earlier form
+    compared gradient norms with bf16 stock's and failed by 21% on one layer: before
+    tiny.temper the random model's bf16 gradients were noise (error > 1 against fp32 for
+    stock SDPA too, which was the outlier there: tests/gpu/grad_probe.py,
+    benchmarks/results/gpu_2026-12-06b/h100_c/grad_probe.jsonl)."""
     pytest.importorskip("liger_kernel.transformers")
     from liger_worker import run
 
@@ -352,5 +356,9 @@ def test_liger_and_ffpa_patch_stack_in_either_order_and_revert_stays_exact(order
     assert got["mlps"] and all(m.startswith("Liger") for m in got["mlps"])
     assert abs(got["loss"] - got["liger_only_loss"]) < 2e-2 * abs(got["liger_only_loss"])
     assert abs(got["loss"] - got["stock_loss"]) < 2e-2 * abs(got["stock_loss"])
-    assert got["n_grads"][0] == got["n_grads"][1] and got["grad_norm_rel_diff_vs_liger_only"][0] < 5e-2
+    assert got["n_grads"][0] == got["n_grads"][1]
+    errs = got["q_proj_grad_error_vs_fp32"]
+    assert len(errs["both"]) == len(errs["liger_only"]) == 6
+    for e, f in zip(errs["both"], errs["liger_only"]):
+        assert e <= 1.25 * f + 5e-3
     assert got["mapping_restored"] and not got["ffpa_registered_after_revert"] and got["liger_kept_after_revert"]

@@ -48,7 +48,8 @@ LD)  # the Liger pair's gradient question: every comparison's three largest diff
   ;;
 GP)  # the gradient probe: q_proj gradients per layer against fp32
   stamp "grad probe"
-  timeout 240 python tests/gpu/grad_probe.py 2>/dev/null >> $OUT/grad_probe.jsonl
+  timeout 240 python tests/gpu/grad_probe.py --untempered 2>/dev/null >> $OUT/grad_probe.jsonl  # as run (before tiny.temper)
+  timeout 240 python tests/gpu/grad_probe.py 2>/dev/null >> $OUT/grad_probe_tempered.jsonl  # not run yet
   ;;
 L32P)
   row 120 long_context --seqs 32768 --ckpt selective --backends ffpa
