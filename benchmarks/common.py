@@ -32,6 +32,7 @@ def env_info():
             info[dist] = version(dist)
         except Exception:
             info[dist] = None
+    info["PYTORCH_CUDA_ALLOC_CONF"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")  # changes what fits (64k on an H100)
     return info
 
 

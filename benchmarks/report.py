@@ -63,11 +63,14 @@ def e2e_table(data):
 
 def long_context_table(data):
     lines = ["| seq | backend | checkpointing | packing | tokens/s | vs stock | peak GiB | first step s |", "|---|---|---|---|---|---|---|---|"]
-    rows = [r for r in data["rows"] if "error" not in r]
+    rows = [r for r in data["rows"] if "error" not in r and "invalid" not in r]
     base = _stock_rates(rows)
     for r in data["rows"]:
         if "error" in r:
-            lines.append(f"| {r['seq']} | {r['backend']} | | | {r['error'][:50]} | | | |")
+            lines.append(f"| {r['seq']:,} | {r['backend']} | {r.get('ckpt') or '-'} | | {r['error'][:50]} | | | |")
+            continue
+        if "invalid" in r:
+            lines.append(f"| {r['seq']:,} | {_label(r)} | {r.get('ckpt') or '-'} | | (invalid: {r['invalid'][:60]}...) | | | |")
             continue
         b = base.get(_recipe(r))
         packing = f"{r['packed']} docs" + (" (mixed)" if r.get("mixed") else "") if r.get("packed") else "-"
@@ -102,6 +105,18 @@ def trainer_profile_table(rows):
     lines.append("| GPU busy (sum of kernels) | " + " | ".join(f"{s['total_gpu_ms']:.1f}" for s in splits) + " |")
     for c in classes:
         lines.append(f"| {c} | " + " | ".join(f"{s['split_ms'].get(c, 0.0):.1f}" for s in splits) + " |")
+    return "\n".join(lines)
+
+
+def host_ops_table(rows, top=12):
+    """trainer.py --profile-step: host (CPU) self ms and calls of the busiest ops and CUDA
+    runtime calls in the profiled step, one column per row (the profiler slows the host)."""
+    names = list(dict.fromkeys(o["op"] for r in rows for o in r["profile"].get("host_ops_self_ms", [])[:top]))
+    by_row = [{o["op"]: o for o in r["profile"].get("host_ops_self_ms", [])} for r in rows]
+    lines = ["| host op (self) | " + " | ".join(f"{r['backend']}: ms (calls)" for r in rows) + " |", "|---|" + "---|" * len(rows)]
+    for n in names:
+        cells = [f"{d[n]['ms']:.1f} ({d[n]['calls']})" if n in d else "-" for d in by_row]
+        lines.append(f"| {n[:70]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -248,6 +263,22 @@ def main():
         data = load(folder, os.path.join(h100, name))
         if data:
             print(f"### {h100}/{name}\n\n" + e2e_table(data) + "\n")
+    run = "gpu_2026-12-06b"  # three H100 machines, a, b and c (benchmarks/results/gpu_2026-12-06b/gpu_session.sh)
+    for name, what in (("h100_a/trainer_floor.json", "floors, autocast + padding"), ("h100_b/ab.json", "masks.analyse with one read-back"),
+                       ("h100_b/ab_base.json", "masks.analyse as before (seven syncs)")):
+        rows = trainer_rows(folder, os.path.join(run, name), first_only=False)
+        if rows:
+            print(f"### {run}/{name} ({what})\n\n" + trainer_table(rows) + "\n")
+    prof = load(folder, os.path.join(run, "h100_a", "trainer_profile.json"))
+    if prof:
+        print(f"### {run}/h100_a/trainer_profile.json (GPU)\n\n" + trainer_profile_table(prof) + "\n")
+        print(f"### {run}/h100_a/trainer_profile.json (host)\n\n" + host_ops_table(prof) + "\n")
+    for names, note in ((("h100_a/long_context_32k.json", "h100_a/liger_32k.json"), ""), (("h100_b/long_context_32k.json",), ""),
+                        (("h100_c/long_context_64k.json", "h100_c/long_context_64k_expandable.json"),
+                         " (selective checkpointing; the last two rows with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)")):
+        parts = [load(folder, os.path.join(run, n)) for n in names]
+        if all(parts):
+            print(f"### {run}/{' + '.join(names)}{note}\n\n" + long_context_table({"rows": [r for d in parts for r in d["rows"]]}) + "\n")
     prof = load(folder, os.path.join("trainer", "trainer_profile.json"))
     if prof:
         print("### trainer/trainer_profile.json (trainer.py --profile-step 8)\n\n" + trainer_profile_table(prof) + "\n")
