@@ -72,8 +72,8 @@ class ReferenceKernels:
     fp16/bf16/fp32; the device is the one thing not checked (CPU is the point).
     ``fa4=False`` plays a machine without flash-attn-4, so sliding layers take FlexAttention.
     ``fp32=True`` also takes fp32 q/k/v (and only that): whole-model tests compare an fp32
-    model against fp32 eager to 1e-4, which half precision cannot (rounding grows ~2% per
-    layer in the random tiny models). Everything that tests which dtype routes where uses
+    model against fp32 eager to 1e-4, which half precision cannot (bf16 logits of the tiny
+    test models are ~1% off fp32). Everything that tests which dtype routes where uses
     the default, which refuses fp32 as the GPU does.
     """
 
