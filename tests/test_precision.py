@@ -85,31 +85,34 @@ def _loss(model, ids, kw):
     return model(ids, **kw).logits.float().logsumexp(-1).mean()
 
 
-def _q_proj_grads(model, ids, kw, autocast: bool):
+def _q_proj_grads(model, ids, kw, autocast: torch.dtype | None):
     model.zero_grad(set_to_none=True)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+    with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
         logits = model(ids, **kw).logits
         loss = logits.float().logsumexp(-1).mean()
     loss.backward()
     return logits, [layer.self_attn.q_proj.weight.grad for layer in model.model.layers]
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("kind", ["text", "packed"])
-def test_fp32_model_under_autocast_runs_every_layer_fused(kind, patched, strict_kernels):
-    """Every layer fused under autocast, stock's output dtype, fp32 gradients, and each
-    layer's q_proj gradient as close to the fp32 model's as stock SDPA's under autocast."""
+def test_fp32_model_under_autocast_runs_every_layer_fused(kind, dtype, patched, strict_kernels):
+    """Every layer fused under autocast (Trainer's bf16=True or fp16=True), stock's output
+    dtype, fp32 gradients, and each layer's q_proj gradient as close to the fp32 model's as
+    stock SDPA's under the same autocast."""
     from test_model_routes import batch, n_layers
 
     ids, kw, _ = batch(kind)
-    _, want = _q_proj_grads(tiny.causal_lm("dense31b", attn="eager"), ids, kw, autocast=False)
+    _, want = _q_proj_grads(tiny.causal_lm("dense31b", attn="eager"), ids, kw, autocast=None)
     model = tiny.causal_lm("dense31b", attn="sdpa")  # fp32 weights, as Trainer(bf16=True) keeps them
-    stock, stock_grads = _q_proj_grads(model, ids, kw, autocast=True)
+    stock, stock_grads = _q_proj_grads(model, ids, kw, autocast=dtype)
     stats.reset()
     model.set_attn_implementation("ffpa")
-    logits, grads = _q_proj_grads(model, ids, kw, autocast=True)
+    logits, grads = _q_proj_grads(model, ids, kw, autocast=dtype)
     assert logits.dtype == stock.dtype
     rows = stats.snapshot()
-    assert all(r["kernel"] in ("ffpa", "fa4") and r["reason"].endswith(CAST) for r in rows), rows
+    cast = f"autocast: q/k/v cast to {str(dtype).removeprefix('torch.')}"
+    assert all(r["kernel"] in ("ffpa", "fa4") and r["reason"].endswith(cast) for r in rows), rows
     assert stats.total("full", "ffpa") == n_layers(model, "full")
     assert all(p.grad.dtype == torch.float32 for p in model.parameters() if p.grad is not None)
     assert tiny.relative_error(logits, stock) < 0.05  # bf16 rounding: ~0.012 here; a wrong mask is far off
