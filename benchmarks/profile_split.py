@@ -44,9 +44,10 @@ def profile_step(step) -> dict:
 
 def from_profiler(prof) -> dict:
     """GPU ms per class and per kernel of a finished ``torch.profiler.profile``; with CPU
-    activity and ``with_stack=True`` also the host side: inclusive ms per Python function
-    and self ms per op / CUDA runtime call (the tracer slows the host, so compare these
-    with each other, not with an unprofiled step)."""
+    activity and ``with_stack=True`` also the host side: self ms per op / CUDA runtime call
+    and, where the profiler records Python calls as events (torch 2.13 on CPU did; the
+    H100 runs with torch 2.11 recorded none), inclusive ms per Python function. The tracer
+    slows the host: compare these with each other, not with an unprofiled step."""
     per_kernel = defaultdict(float)
     python = defaultdict(lambda: [0, 0.0])
     ops = defaultdict(lambda: [0, 0.0])

@@ -120,7 +120,7 @@ def main():
     p.add_argument("--ckpt", choices=["none", "plain", "selective"], default="none",
                    help="gradient_checkpointing through TrainingArguments (selective: ffpa_patch.checkpointing.context_fn)")
     p.add_argument("--profile-step", type=int, default=0, metavar="N",
-                   help="torch.profiler over step N: GPU ms per kernel class and host ms per Python function "
+                   help="torch.profiler over step N: GPU ms per kernel class and host ms per op "
                         "(benchmarks/profile_split.py); the profiled step itself is slower")
     p.add_argument("--out")
     p.add_argument("--append", action="store_true")
