@@ -67,6 +67,10 @@ L64)
   row 150 long_context --seqs 65536 --ckpt selective --backends ffpa
   row 220 long_context --seqs 65536 --ckpt selective --backends sdpa-stock
   ;;
+L64X)  # 64k on an 80 GB card: without fragmentation (the rows above ran out of memory without it)
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True row 105 long_context_64k_expandable --seqs 65536 --ckpt selective --backends ffpa
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True row 175 long_context_64k_expandable --seqs 65536 --ckpt selective --backends sdpa-stock
+  ;;
 L128)
   row 200 long_context --seqs 131072 --ckpt selective --backends ffpa
   ;;
