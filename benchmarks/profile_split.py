@@ -44,40 +44,22 @@ def profile_step(step) -> dict:
 
 def from_profiler(prof) -> dict:
     """GPU ms per class and per kernel of a finished ``torch.profiler.profile``; with CPU
-    activity and ``with_stack=True`` also the host side: self ms per op / CUDA runtime call
-    and, where the profiler records Python calls as events (torch 2.13 on CPU did; the
-    H100 runs with torch 2.11 recorded none), inclusive ms per Python function. The tracer
-    slows the host: compare these with each other, not with an unprofiled step."""
+    activity also the host side: self ms and calls per op and CUDA runtime call (the
+    profiler slows the host: compare these with each other, not with an unprofiled step)."""
     per_kernel = defaultdict(float)
-    python = defaultdict(lambda: [0, 0.0])
     ops = defaultdict(lambda: [0, 0.0])
     for evt in prof.events():
         if evt.device_type == torch.autograd.DeviceType.CUDA:
             per_kernel[evt.name] += evt.device_time / 1e3 if hasattr(evt, "device_time") else evt.cuda_time / 1e3
-            continue
-        match = PYTHON_EVENT.match(evt.name)
-        if match:
-            entry = python["/".join(match.group(1).split("/")[-3:]) + match.group(2)]
-            entry[0] += 1
-            entry[1] += evt.cpu_time_total / 1e3
         else:
             entry = ops[re.sub(r" at 0x[0-9a-f]+", "", evt.name)[:120]]
             entry[0] += 1
             entry[1] += evt.self_cpu_time_total / 1e3
     ranked = sorted(per_kernel.items(), key=lambda kv: -kv[1])
     kernels = [{"kernel": k[:200], "ms": v} for k, v in ranked]
-    host = {}
-    if python or ops:
-        host = {
-            "host_python_ms": [{"function": k, "calls": n, "ms": round(t, 3)}
-                               for k, (n, t) in sorted(python.items(), key=lambda kv: -kv[1][1])[:150]],
-            "host_ops_self_ms": [{"op": k, "calls": n, "ms": round(t, 3)}
-                                 for k, (n, t) in sorted(ops.items(), key=lambda kv: -kv[1][1])[:60]],
-        }
+    host = {"host_ops_self_ms": [{"op": k, "calls": n, "ms": round(t, 3)}
+                                 for k, (n, t) in sorted(ops.items(), key=lambda kv: -kv[1][1])[:60]]} if ops else {}
     return {**split(kernels), "kernels_ms": kernels, **host}
-
-
-PYTHON_EVENT = re.compile(r"^(.*\.py)(\(\d+\): .*)$")
 
 
 def split(kernels: list[dict]) -> dict:

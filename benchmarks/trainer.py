@@ -7,10 +7,10 @@ ffpa: attn_implementation="ffpa"; no-attention: q passed through, no kernel and 
 patch reverted: the step no attention implementation can beat; no-kernel: q + k + v summed
 per head group, so the k/v projections, norms and rotary and their backward still run, but
 no attention kernel and no mask: the step minus what an attention kernel and its mask cost)
-x precision (autocast: fp32
-weights, bf16=True; bf16: bf16 weights) x collator (packing: DataCollatorWithFlattening,
-8 documents a step; padding: a padding collator, batch 4). Reports the median step (first excluded),
-the first step, peak memory, losses, routes and FlexAttention compiles.
+x precision (autocast: fp32 weights, bf16=True; bf16: bf16 weights) x collator (packing:
+DataCollatorWithFlattening, 8 documents a step; padding: a padding collator, batch 4).
+Reports the median step (first excluded), the first step, peak memory, losses, routes and
+FlexAttention compiles.
 
 python benchmarks/trainer.py --backend ffpa --precision autocast --collator packing --out benchmarks/results/trainer.json --append
 """
@@ -160,7 +160,7 @@ def main():
             if len(times) + 1 == a.profile_step:
                 from torch.profiler import ProfilerActivity, profile
 
-                self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True)
+                self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
                 self.prof.__enter__()
             self.t = time.perf_counter()
 

@@ -81,10 +81,6 @@ def test_seam_refuses_what_the_kernels_refuse():
         k.full_varlen(packed, packed, packed, torch.tensor([0, 8]), 8, 0.1)
 
 
-def _loss(model, ids, kw):
-    return model(ids, **kw).logits.float().logsumexp(-1).mean()
-
-
 def _q_proj_grads(model, ids, kw, autocast: torch.dtype | None):
     model.zero_grad(set_to_none=True)
     with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):

@@ -15,14 +15,7 @@ import ffpa_patch  # noqa: E402
 import tiny  # noqa: E402
 from ffpa_patch.kernels import use  # noqa: E402
 from ffpa_patch.kernels.cute import CuteKernels  # noqa: E402
-
-
-def grads(model, ids):
-    model.train()
-    model.zero_grad(set_to_none=True)
-    loss = model(ids, labels=ids).loss
-    loss.backward()
-    return loss.item(), [l.self_attn.q_proj.weight.grad.float().clone() for l in model.model.layers]
+from liger_worker import errors, step  # noqa: E402  (the same step and yardstick as the Liger test)
 
 
 def main():
@@ -33,23 +26,19 @@ def main():
         cfg = dict(head_dim=256, hidden_size=256, sliding_window=window)
         ffpa_patch.revert()
         ref = tiny.causal_lm("dense31b", attn="eager", tempered=tempered, **cfg).cuda()
-        ref_loss, want = grads(ref, ids)
+        ref_loss, _, want = step(ref, ids)
         rows = {}
         for name, attn, kernels in (("sdpa", "sdpa", None), ("eager", "eager", None), ("ffpa+fa4", "ffpa", True),
-                                    ("ffpa+flex", "ffpa", False)):
+                                    ("ffpa+flex", "ffpa", False)):  # kernels: flash-attn-4 for sliding layers
             if attn == "ffpa":
                 ffpa_patch.apply()
             else:
                 ffpa_patch.revert()
             model = tiny.causal_lm("dense31b", attn=attn, tempered=tempered, **cfg).to("cuda", torch.bfloat16)
             model.load_state_dict(ref.state_dict())
-            if kernels is None:
-                loss, got = grads(model, ids)
-            else:
-                with use(CuteKernels(fa4=kernels)):
-                    loss, got = grads(model, ids)
-            rows[name] = {"loss": round(loss, 4),
-                          "q_proj_rel_err": [round(float((g - w).norm() / w.norm()), 4) for g, w in zip(got, want)],
+            with use(CuteKernels(fa4=kernels is not False)):
+                loss, _, got = step(model, ids)
+            rows[name] = {"loss": round(loss, 4), "q_proj_rel_err": errors(got, want),
                           "q_proj_norm": [round(float(g.norm()), 3) for g in got]}
         print(json.dumps({"seq": seq, "window": window, "tempered": tempered, "fp32_loss": round(ref_loss, 4),
                           "fp32_q_proj_norm": [round(float(w.norm()), 3) for w in want], **rows}), flush=True)
