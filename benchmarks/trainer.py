@@ -148,7 +148,12 @@ def main():
     model = Gemma4ForCausalLM(cfg)
     model = model.to("cuda", torch.bfloat16 if a.precision == "bf16" else torch.float32)
     per_step = a.per_step or (8 if a.collator == "packing" else 4)
-    collate = DataCollatorWithFlattening() if a.collator == "packing" else padding_collator
+    collator = DataCollatorWithFlattening() if a.collator == "packing" else padding_collator
+    tokens = []  # real tokens of each batch, in the order the Trainer takes them (one batch a step)
+
+    def collate(features):
+        tokens.append(sum(len(f["input_ids"]) for f in features))
+        return collator(features)
 
     times = []
 
@@ -199,6 +204,8 @@ def main():
         "backend": a.backend, "precision": a.precision, "collator": a.collator, "sliding": a.sliding, "steps": a.steps,
         "model": a.model, "doc_len": a.doc_len, "per_step": per_step, "ckpt": a.ckpt,
         "median_step_ms": statistics.median(times[1:]), "first_step_ms": times[0], "step_ms": times,
+        "tokens_per_step": tokens[: len(times)],
+        "tokens_per_s": sum(tokens[1 : len(times)]) / sum(times[1:]) * 1e3 if len(times) > 1 else None,
         "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
         "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
         "routes": status.routes, "compiles": status.compiles, "cutedsl_jit": jit, "kernel_cache": status.kernel_cache,
