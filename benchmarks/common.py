@@ -25,7 +25,7 @@ def env_info():
     import transformers
 
     info = {"torch": torch.__version__, "transformers": transformers.__version__, "gpu": torch.cuda.get_device_name()}
-    for dist in ("ffpa-attn", "flash-attn-4"):
+    for dist in ("ffpa-attn", "flash-attn-4", "liger-kernel"):
         try:
             from importlib.metadata import version
 

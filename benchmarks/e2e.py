@@ -166,6 +166,9 @@ def main():
     ap.add_argument("--backends", nargs="+", default=["sdpa-stock", "sdpa-dropin", "ffpa"], choices=list(ATTN))
     ap.add_argument("--no-optimizer", action="store_true", help="forward+backward only (as the prototype in FACTS.md)")
     ap.add_argument("--compile", action="store_true", help="torch.compile(model); graph breaks are reported")
+    ap.add_argument("--skip-ckpt-side-effects", action="store_true",
+                    help="torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint: with --compile and --ckpt, "
+                         "Transformers' Gemma4 layers otherwise break the graph once per checkpointed layer")
     ap.add_argument("--profile", action="store_true", help="torch.profiler split of one more step")
     ap.add_argument("--build-sliding-mask", action="store_true",
                     help="A/B: the ffpa mask function builds the plain S x S sliding mask, as before it learnt to skip it")
@@ -177,6 +180,8 @@ def main():
         from ffpa_patch.patches import attention_backend
 
         attention_backend.plain_sliding_window = lambda kwargs: False
+    if args.skip_ckpt_side_effects:
+        torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True
     rows = []
     if args.append and os.path.exists(args.out):
         with open(args.out) as f:
@@ -195,6 +200,8 @@ def main():
             r["patched_before_in_process"] = patched_before
             r["sliding_mask_built"] = args.build_sliding_mask
             r["dead_models_freed"] = True  # kernels imported on a helper thread (the leak fix)
+            r["skip_ckpt_side_effects"] = args.skip_ckpt_side_effects
+            r["env"] = env_info()  # per row: appended rows may come from processes with other settings
             patched_before += "error" not in r and not backend.endswith("-stock")
             print({k: v for k, v in r.items() if k not in ("routes", "losses", "profile")}, flush=True)
             write(args.out, {"env": env_info(), "args": vars(args), "rows": rows})  # after each row: a timeout keeps what ran

@@ -172,6 +172,48 @@ def plot(data, path, title):
     fig.savefig(path, dpi=100)
 
 
+def long_context_plot(rows, path, title, card_gib):
+    """tokens/s and peak memory against length, one line per backend (+ liger); a row that ran
+    out of memory is an x at the card's size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4.2))
+    labels = sorted({_label(r) for r in rows if not r.get("compiled")}, key=lambda b: (not b.startswith("sdpa"), b))
+    for i, label in enumerate(labels):
+        color = f"C{i}"
+        ok = sorted((r for r in rows if _label(r) == label and "error" not in r), key=lambda r: r["seq"])
+        xs = [r["seq"] // 1024 for r in ok]
+        speed.plot(xs, [r["tokens_per_s"] for r in ok], "o-", color=color, label=label)
+        memory.plot(xs, [r["peak_gib"] for r in ok], "o-", color=color, label=label)
+        for r in rows:
+            if _label(r) == label and "error" in r and "OutOfMemory" in r["error"]:
+                memory.plot([r["seq"] // 1024], [card_gib], "x", color=color, markersize=10, mew=2)
+                speed.plot([r["seq"] // 1024], [0], "x", color=color, markersize=10, mew=2)
+    memory.axhline(card_gib, color="grey", lw=0.8, ls="--")
+    for ax, what in ((speed, "tokens/s (x: out of memory)"), (memory, f"peak GiB (dashed: the card, {card_gib:.0f} GiB)")):
+        ax.set_xlabel("sequence length, k tokens")
+        ax.set_title(what)
+        ax.set_xticks(sorted({r["seq"] // 1024 for r in rows}))
+    speed.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def trainer_long_table(rows):
+    """trainer.py --model slice31b: steps of packed documents of different lengths, so tokens/s."""
+    base = next((r["tokens_per_s"] for r in rows if r["backend"] == "sdpa-stock"), None)
+    lines = ["| backend | tokens per step | tokens/s | vs stock | median step s | first step s | peak GiB |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = _ratio(r["tokens_per_s"] / base if base else None)
+        lines.append(f"| {r['backend']} | {min(r['tokens_per_step']):,}-{max(r['tokens_per_step']):,} | {r['tokens_per_s']:,.0f} | {ratio} | "
+                     f"{r['median_step_ms'] / 1e3:.2f} | {r['first_step_ms'] / 1e3:.1f} | {r['peak_gib']:.1f} |")
+    return "\n".join(lines)
+
+
 def trainer_rows(folder, name=os.path.join("trainer", "trainer.json"), first_only=True):
     """Trainer rows (the matrix, trainer/trainer.json, by default): with ``first_only`` the first
     run of each recipe; speed-up against the first stock row of the same recipe ("-" without one)."""
@@ -279,6 +321,18 @@ def main():
         parts = [load(folder, os.path.join(run, n)) for n in names]
         if all(parts):
             print(f"### {run}/{' + '.join(names)}{note}\n\n" + long_context_table({"rows": [r for d in parts for r in d["rows"]]}) + "\n")
+    run = "gpu_2026-12-06c"  # one H100 (d); benchmarks/results/gpu_2026-12-06c/gpu_session.sh
+    long = load(folder, os.path.join(run, "h100_d", "long.json"))
+    if long:
+        print(f"### {run}/h100_d/long.json\n\n" + long_context_table(long) + "\n")
+        c64 = load(folder, os.path.join("gpu_2026-12-06b", "h100_c", "long_context_64k_expandable.json"))
+        oom = [r for r in (c64 or {"rows": []})["rows"] if "error" in r]  # stock at 64k, machine c
+        long_context_plot(long["rows"] + oom, os.path.join(folder, run, "long_context.png"),
+                          "31B-shaped 6-layer slice, selective checkpointing, AdamW, one H100 80GB", 79.1)
+    for name, table in (("short.json", e2e_table), ("trainer_long.json", trainer_long_table)):
+        data = load(folder, os.path.join(run, "h100_d", name))
+        if data:
+            print(f"### {run}/h100_d/{name}\n\n" + table(data) + "\n")
     prof = load(folder, os.path.join("trainer", "trainer_profile.json"))
     if prof:
         print("### trainer/trainer_profile.json (trainer.py --profile-step 8)\n\n" + trainer_profile_table(prof) + "\n")

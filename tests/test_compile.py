@@ -266,3 +266,36 @@ def test_additive_float_mask_in_a_graph_runs_the_eager_route(patched, reference_
     torch.testing.assert_close(compiled, eager)
     assert stats.total("full", "ffpa") == 1
     assert any(r["reason"] == "varlen (padding/packing)" for r in stats.snapshot())
+
+
+@pytest.mark.parametrize("context_fn", ["plain", "selective"])
+def test_compiled_checkpointed_model_has_no_graph_breaks_with_the_readme_setting(context_fn, patched):
+    # README, long context: torch.compile over gradient checkpointing. Transformers' Gemma4 layers
+    # store K/V in a shared dict, a side effect that Dynamo refuses inside a checkpoint (one graph
+    # break per layer, stock too) unless told not to replay it in the backward. With that setting,
+    # the patched model's routes must add no break of their own, and match eager checkpointing.
+    import ffpa_patch
+    from torch._dynamo.utils import counters
+
+    from ffpa_patch.kernels import use
+    from ffpa_patch.kernels.reference import ReferenceKernels
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny.causal_lm("dense31b", attn="ffpa")
+    kwargs = {"use_reentrant": False}
+    if context_fn == "selective":
+        kwargs["context_fn"] = ffpa_patch.checkpointing.context_fn
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    model.train()
+    ids, kw = _inputs("packed")
+    with use(ReferenceKernels(fa4=False, fp32=True)), torch._dynamo.config.patch(skip_fwd_side_effects_in_bwd_under_checkpoint=True):
+        ref_logits, ref_grads = _loss_and_grads(model, model, ids, kw)
+        stats.reset()
+        logits, grads = _loss_and_grads(model, torch.compile(model, backend="aot_eager"), ids, kw)
+    assert dict(counters["graph_break"]) == {}
+    assert stats.total("full", "ffpa") >= 1
+    torch.testing.assert_close(logits, ref_logits, atol=5e-5, rtol=1e-4)
+    assert grads.keys() == ref_grads.keys() and grads
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], atol=5e-5, rtol=1e-4)

@@ -48,6 +48,12 @@ X48)  # the longest length eager stock fits on an 80 GB card (32k fits, 64k does
 S32)
   row 90 long --steps 3 --seqs 32768 --ckpt selective --backends sdpa-stock
   ;;
+F32)  # the eager row that the compiled one compares with, on the same machine
+  row 90 long --steps 3 --seqs 32768 --ckpt selective --backends ffpa
+  ;;
+F64)
+  xrow 100 long --steps 3 --seqs 65536 --ckpt selective --backends ffpa
+  ;;
 CMP)  # compiled: per-step times are in the JSON, the median skips the first step
   row 180 long --steps 5 --seqs 32768 --ckpt selective --compile --backends ffpa
   ;;
@@ -63,6 +69,14 @@ TR)  # Trainer on the slice: 4 packed documents of 2k-16k tokens a step (~36k), 
       --doc-len 2048 16384 --per-step 4 --ckpt selective --steps 5 --out $OUT/trainer_long.json --append 2>&1 \
       | grep '^{' | cut -c1-600 >> $OUT/trainer.log
   done
+  ;;
+LCP)  # Liger's fused linear cross entropy, eager and compiled, against torch (no model, no ffpa_patch)
+  stamp "liger compile probe"
+  timeout 120 python benchmarks/liger_compile_probe.py --out $OUT/liger_compile_probe.json 2>&1 | grep '^{' >> $OUT/long_context.log
+  row 170 short --steps 6 --seqs 8192 --compile --backends sdpa-stock --liger
+  ;;
+CMPS)  # compiled 32k with Dynamo told not to replay the layers' side effects under checkpointing
+  row 150 long --steps 5 --seqs 32768 --ckpt selective --compile --skip-ckpt-side-effects --backends ffpa
   ;;
 esac; done
 stamp done
