@@ -194,7 +194,8 @@ def main():
                 rows.append(run(backend, seq, args.layers, args.steps, args.batch, args.padded, args.ckpt, targets,
                                 not args.no_optimizer, args.compile, args.profile, args.packed, args.mixed, args.liger))
             except Exception as exc:  # OOM (stock sdpa at 16k on 5.12), or a kernel that fails: record, go on
-                rows.append(dict(backend=backend, seq=seq, error=f"{type(exc).__name__}: {exc}"[:300]))
+                rows.append(dict(backend=backend, seq=seq, ckpt=args.ckpt, compiled=args.compile, liger=args.liger,
+                                 packed=args.packed, error=f"{type(exc).__name__}: {exc}"[:300]))
             torch.cuda.empty_cache()
             r = rows[-1]
             r["patched_before_in_process"] = patched_before

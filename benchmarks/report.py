@@ -329,10 +329,11 @@ def main():
         oom = [r for r in (c64 or {"rows": []})["rows"] if "error" in r]  # stock at 64k, machine c
         long_context_plot(long["rows"] + oom, os.path.join(folder, run, "long_context.png"),
                           "31B-shaped 6-layer slice, selective checkpointing, AdamW, one H100 80GB", 79.1)
-    for name, table in (("short.json", e2e_table), ("trainer_long.json", trainer_long_table)):
-        data = load(folder, os.path.join(run, "h100_d", name))
+    for name, table in (("h100_d/short.json", e2e_table), ("h100_d/trainer_long.json", trainer_long_table),
+                        ("h100_e/long.json", long_context_table), ("h100_e/short.json", e2e_table)):
+        data = load(folder, os.path.join(run, name))
         if data:
-            print(f"### {run}/h100_d/{name}\n\n" + table(data) + "\n")
+            print(f"### {run}/{name}\n\n" + table(data) + "\n")
     prof = load(folder, os.path.join("trainer", "trainer_profile.json"))
     if prof:
         print("### trainer/trainer_profile.json (trainer.py --profile-step 8)\n\n" + trainer_profile_table(prof) + "\n")
