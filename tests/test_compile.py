@@ -268,8 +268,8 @@ def test_additive_float_mask_in_a_graph_runs_the_eager_route(patched, reference_
     assert any(r["reason"] == "varlen (padding/packing)" for r in stats.snapshot())
 
 
-@pytest.mark.parametrize("context_fn", ["plain", "selective"])
-def test_compiled_checkpointed_model_has_no_graph_breaks_with_the_readme_setting(context_fn, patched):
+@pytest.mark.parametrize("context_fn,kind", [("plain", "packed"), ("selective", "packed"), ("selective", "left_pad")])
+def test_compiled_checkpointed_model_has_no_graph_breaks_with_the_readme_setting(context_fn, kind, patched):
     # README, long context: torch.compile over gradient checkpointing. Transformers' Gemma4 layers
     # store K/V in a shared dict, a side effect that Dynamo refuses inside a checkpoint (one graph
     # break per layer, stock too) unless told not to replay it in the backward. With that setting,
@@ -288,7 +288,7 @@ def test_compiled_checkpointed_model_has_no_graph_breaks_with_the_readme_setting
         kwargs["context_fn"] = ffpa_patch.checkpointing.context_fn
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     model.train()
-    ids, kw = _inputs("packed")
+    ids, kw = _inputs(kind)
     with use(ReferenceKernels(fa4=False, fp32=True)), torch._dynamo.config.patch(skip_fwd_side_effects_in_bwd_under_checkpoint=True):
         ref_logits, ref_grads = _loss_and_grads(model, model, ids, kw)
         stats.reset()
