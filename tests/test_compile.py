@@ -35,6 +35,14 @@ def _loss_and_grads(model, fn, ids, kw):
     return logits.detach()[valid], {n: p.grad.clone() for n, p in model.named_parameters() if "self_attn" in n and p.grad is not None}
 
 
+def _assert_same(logits, grads, ref_logits, ref_grads):
+    """Compiled against eager: logits and attention gradients to fp32 rounding."""
+    torch.testing.assert_close(logits, ref_logits, atol=5e-5, rtol=1e-4)
+    assert grads.keys() == ref_grads.keys() and grads
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], atol=5e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("kind", ["left_pad", "packed"])
 def test_compiled_model_has_no_graph_breaks_and_matches_eager(kind, patched):
     # Sliding layers take flex inside a graph; with fa4=False they take flex eagerly too, so
@@ -53,10 +61,7 @@ def test_compiled_model_has_no_graph_breaks_and_matches_eager(kind, patched):
         stats.reset()
         logits, grads = _loss_and_grads(model, torch.compile(model, backend="aot_eager"), ids, kw)
     assert dict(counters["graph_break"]) == {}  # stock Gemma4 compiles to one graph too
-    torch.testing.assert_close(logits, ref_logits, atol=5e-5, rtol=1e-4)
-    assert grads.keys() == ref_grads.keys() and grads
-    for name in grads:
-        torch.testing.assert_close(grads[name], ref_grads[name], atol=5e-5, rtol=1e-4)
+    _assert_same(logits, grads, ref_logits, ref_grads)
     # the op counts itself at run time: the full layer ran FFPA varlen (padding/packing)
     assert stats.total("full", "ffpa") == 1
     assert any(r["reason"] == REASON_PREFIX + "varlen (padding/packing)" for r in stats.snapshot())
@@ -171,10 +176,7 @@ def test_compiled_sliding_layers_run_flash_attn_4_in_the_op(kind, patched):
         stats.reset()
         logits, grads = _loss_and_grads(model, torch.compile(model, backend="aot_eager"), ids, kw)
     assert dict(counters["graph_break"]) == {}
-    torch.testing.assert_close(logits, ref_logits, atol=5e-5, rtol=1e-4)
-    assert grads.keys() == ref_grads.keys() and grads
-    for name in grads:
-        torch.testing.assert_close(grads[name], ref_grads[name], atol=5e-5, rtol=1e-4)
+    _assert_same(logits, grads, ref_logits, ref_grads)
     sliding = sum(l.self_attn.is_sliding for l in model.model.layers)
     assert stats.total("sliding", "fa4") == sliding and stats.total("sliding", "flex") == 0
     assert stats.total("full", "ffpa") == len(model.model.layers) - sliding
@@ -297,7 +299,4 @@ def test_compiled_checkpointed_model_has_no_graph_breaks_with_the_readme_setting
         logits, grads = _loss_and_grads(model, torch.compile(model, backend="aot_eager"), ids, kw)
     assert dict(counters["graph_break"]) == {}
     assert stats.total("full", "ffpa") >= 1
-    torch.testing.assert_close(logits, ref_logits, atol=5e-5, rtol=1e-4)
-    assert grads.keys() == ref_grads.keys() and grads
-    for name in grads:
-        torch.testing.assert_close(grads[name], ref_grads[name], atol=5e-5, rtol=1e-4)
+    _assert_same(logits, grads, ref_logits, ref_grads)
