@@ -55,13 +55,13 @@ def packed_positions(seq, n, mixed):
 def run(backend, seq, layers, steps, batch, padded, ckpt, targets=None, optimizer=True, compile_model=False, profile=None,
         packed=0, mixed=False, liger=False):
     from ffpa_patch import kernels
-    from ffpa_patch.kernels.cute import CuteKernels
+    from ffpa_patch.kernels import cute
 
     ffpa_patch.revert()
     if not backend.endswith("-stock"):
         ffpa_patch.apply(targets=targets)
     ffpa_patch.reset_stats()
-    with kernels.use(CuteKernels(fa4=backend != "ffpa-flex")):
+    with kernels.use(cute.kernel_set(fa4=backend != "ffpa-flex")):
         return _run(backend, seq, layers, steps, batch, padded, ckpt, optimizer, compile_model, profile, packed, mixed, liger)
 
 

@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ffpa_patch  # noqa: E402
 from ffpa_patch.kernels import use  # noqa: E402
-from ffpa_patch.kernels.reference import ReferenceKernels  # noqa: E402
+from ffpa_patch.kernels import reference  # noqa: E402
 from ffpa_patch.routing.attention import route_attention  # noqa: E402
 
 

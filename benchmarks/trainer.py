@@ -195,9 +195,9 @@ def main():
                       callbacks=[Clock()])
     torch.cuda.reset_peak_memory_stats()
     from ffpa_patch.kernels import use
-    from ffpa_patch.kernels.cute import CuteKernels
+    from ffpa_patch.kernels import cute
 
-    with use(CuteKernels(fa4=a.sliding == "fa4")):
+    with use(cute.kernel_set(fa4=a.sliding == "fa4")):
         trainer.train()
     status = ffpa_patch.status()
     row = {

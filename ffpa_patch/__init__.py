@@ -13,7 +13,7 @@ from typing import Iterable
 from .lifecycle import FFPAPatchWarning, Lifecycle, UnsupportedVersionError
 from .patches import ALL as _PATCH_CLASSES
 from .report import Status
-from .runtime import FFPAFallbackError
+from .routing.policy import FFPAFallbackError
 from .routing import stats as _stats
 
 __all__ = ["apply", "revert", "is_applied", "status", "stats", "reset_stats", "UnsupportedVersionError",

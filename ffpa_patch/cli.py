@@ -29,6 +29,8 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
     data = st.as_dict()
     data["checked"] = check
     data["kernels"] = _kernel_report() if check else _kernel_packages(st)
+    if check:
+        data["transformers_internals"] = _internals()
     if config:
         from ffpa_patch.plan import layer_plan, load_text_config
 
@@ -48,6 +50,11 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
     print("  kernels on this machine:" if check else f"  kernel packages ({CHECK_HINT}):")
     for name, why in data["kernels"].items():
         print(f"    {name:<11} {why or 'usable'}")
+    if check:
+        problems = data["transformers_internals"]
+        print("  Transformers internals ffpa_patch relies on: " + ("all found" if not problems else ""))
+        for line in problems:
+            print(f"    MISSING: {line}")
     for backend, rows in data.get("plan", {}).items():
         print(f'  {config} with attn_implementation="{backend}" (bf16 training prefill, no padding):')
         for r in rows:
@@ -55,30 +62,48 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
     return 0
 
 
+def _label(name: str) -> str:
+    from ffpa_patch.kernels import SERVES
+
+    layer, head_dim = SERVES[name]
+    return f"{name} ({layer} layers, D={head_dim})"
+
+
 def _kernel_packages(st) -> dict:
     """What the fast view can say about each kernel: installed or not (package metadata)."""
+    from ffpa_patch.kernels import PACKAGES
+
     found = {v.name: v for v in st.versions}
     rows = {}
-    for kernel, dist in (("ffpa D=512", "ffpa-attn"), ("fa4 D=256", "flash-attn-4")):
+    for name, dist in PACKAGES.items():
         v = found.get(dist)
-        rows[kernel] = f"{dist} {v.installed} installed; not checked" if v is not None and v.installed else f"{dist} not installed"
+        if dist == "torch":
+            continue
+        rows[_label(name)] = f"{dist} {v.installed} installed; not checked" if v is not None and v.installed else f"{dist} not installed"
     return rows
 
 
 def _kernel_report() -> dict:
+    """Each kernel of the table asked whether it takes a bf16 call of its layer type on this machine."""
     try:
         import torch
 
-        from ffpa_patch.kernels import fa4, ffpa, flex
+        from ffpa_patch.kernels import SERVES, active
 
         dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-        return {
-            "ffpa D=512": ffpa.unsupported(dev, torch.bfloat16, 512),
-            "fa4 D=256": fa4.unsupported(dev, torch.bfloat16, 256),
-            "flex D=256": flex.unsupported(dev, torch.bfloat16, 256),
-        }
+        kernels = active()
+        return {_label(k.name): k.unsupported(dev, torch.bfloat16, SERVES[k.name][1]) for k in (kernels.full, kernels.sliding, kernels.flex)}
     except Exception as exc:
         return {"torch": f"not importable ({exc})"}
+
+
+def _internals() -> list[str]:
+    try:
+        from ffpa_patch import hf
+
+        return hf.check()
+    except Exception as exc:
+        return [f"could not check: {type(exc).__name__}: {exc}"]
 
 
 def _bootstrap() -> str:

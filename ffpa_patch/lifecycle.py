@@ -16,9 +16,10 @@ import threading
 import warnings
 from typing import Iterable
 
-from . import env, loud, runtime, versions
+from . import env, kernels, loud, versions
 from .registry import APPLIED, NOT_APPLIED, NOT_INSTALLED, PENDING, SKIPPED, UNSUPPORTED, Patch
 from .report import Status
+from .routing import policy
 from .routing import stats as _stats
 from .wrapping import when_imported
 
@@ -72,11 +73,18 @@ class Lifecycle:
 
     # -- choosing ------------------------------------------------------------------------
     def _select(self, targets: Iterable[str] | None, exclude: Iterable[str], settings: env.Settings) -> list[str]:
-        chosen = {t.lower() for t in targets} if targets is not None else set(settings.targets or self.names)
+        """The patches asked for; a selection that names nothing, or names one patch both to
+        apply and to leave out, is a mistake to say, not an empty "active"."""
+        chosen = {t.lower() for t in targets} if targets is not None else set(self.names if settings.targets is None else settings.targets)
         dropped = {e.lower() for e in exclude} | settings.exclude
         unknown = (chosen | dropped) - set(self.names)
         if unknown:
             raise ValueError(f"unknown ffpa_patch target(s) {sorted(unknown)}; known: {list(self.names)}")
+        if not chosen:
+            raise ValueError(f"the ffpa_patch targets name no patch (FFPA_PATCH_TARGETS / targets=); known: {list(self.names)}")
+        both = chosen & dropped if (targets is not None or settings.targets is not None) else set()
+        if both:
+            raise ValueError(f"ffpa_patch target(s) {sorted(both)} both chosen and excluded (FFPA_PATCH_TARGETS / FFPA_PATCH_EXCLUDE)")
         return [n for n in self.names if n in chosen and n not in dropped]
 
     def _hook(self, name: str):
@@ -102,6 +110,9 @@ class Lifecycle:
         strict = settings.strict if strict is None else strict
         force = settings.force if force is None else force
         names = self._select(targets, exclude, settings)
+        if not names:
+            self.message = "not applied: every patch is excluded (FFPA_PATCH_EXCLUDE / exclude=)"
+            return self.status()
         checks = versions.check_all()
         blocked = {n: versions.gate_problems([c for c in checks if c.name in self.patches[n].dependencies]) for n in names}
         problems = list(dict.fromkeys(m for n in names for m in blocked[n]))
@@ -125,7 +136,7 @@ class Lifecycle:
             if not names:
                 self.message = msg
                 return self.status()
-        runtime.strict = strict
+        policy.set_strict(strict)
         newly_applied: list[Patch] = []
         for name in names:
             patch = self.patches[name]
@@ -144,8 +155,7 @@ class Lifecycle:
                     raise
                 self._say(False, msg)
                 return self.status()
-        if "ffpa_attn.cute" in sys.modules and "ffpa_patch.kernels.disk_cache" in sys.modules:
-            sys.modules["ffpa_patch.kernels.disk_cache"].after_ffpa_attn_import()  # again after a revert()
+        kernels.on_apply()
         self.wanted.update(names)
         for name in names:
             when_imported(self.patches[name].module, self._hooks[name])
@@ -162,10 +172,8 @@ class Lifecycle:
                 patch.revert()
             elif patch.state == UNSUPPORTED:
                 patch.state, patch.reason = NOT_APPLIED, "reverted"
-        disk = sys.modules.get("ffpa_patch.kernels.disk_cache")
-        if disk is not None:
-            disk.restore()
-        runtime.strict = False
+        kernels.on_revert()
+        policy.set_strict(False)
         self.message = "reverted"
         return self.status()
 
@@ -200,36 +208,14 @@ class Lifecycle:
 
     @_locked
     def status(self) -> Status:
+        compiles, kernel_cache = kernels.report()
         return Status(
             active=self.is_applied(),
-            strict=runtime.strict,
+            strict=policy.current.strict,
             message=self.message,
             versions=versions.check_all(),
             patches=[self._patch_row(p) for p in self.patches.values()],
             routes=_stats.snapshot(),
-            compiles=_compiles(),
-            kernel_cache=_kernel_cache(),
+            compiles=compiles,
+            kernel_cache=kernel_cache,
         )
-
-
-def _compiles() -> dict:
-    """Kernel builds this process did: FlexAttention's compiles and the CuTeDSL kernels
-    ffpa-attn / flash-attn-4 hold, read without importing anything."""
-    found = {}
-    flex = sys.modules.get("ffpa_patch.kernels.flex")
-    if flex is not None and flex.compiles():
-        found["flex_attention"] = flex.compiles()
-    from .kernels import jit_count
-
-    found.update(jit_count.counts())
-    return found
-
-
-def _kernel_cache() -> dict:
-    """Where each CuTeDSL package keeps compiled kernels (known once it was imported)."""
-    disk = sys.modules.get("ffpa_patch.kernels.disk_cache")
-    kept = dict(disk.state) if disk is not None else {}
-    ffpa_disk = sys.modules.get("ffpa_patch.kernels.ffpa_disk")
-    if ffpa_disk is not None and ffpa_disk._swapped and "ffpa-attn" in kept:
-        kept["ffpa-attn"] += "; this process: {loaded} loaded from disk, {exported} compiled and written".format(**ffpa_disk.counts())
-    return kept

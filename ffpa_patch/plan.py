@@ -22,7 +22,7 @@ def layer_plan(text_config, backend: str) -> list[dict]:
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
 
     from .kernels import active
-    from .routing.decide import CallFacts, decide
+    from .routing.decide import PLAIN, CallFacts, decide
 
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     kernels = active()
@@ -30,10 +30,9 @@ def layer_plan(text_config, backend: str) -> list[dict]:
     for idx in range(text_config.num_hidden_layers):
         with torch.device("meta"):
             attn = Gemma4TextAttention(text_config, idx)
-        problem = (kernels.sliding_unsupported if attn.is_sliding else kernels.full_unsupported)(device, torch.bfloat16, attn.head_dim)
-        flex_problem = kernels.flex_unsupported(device, torch.bfloat16, attn.head_dim) if attn.is_sliding else None
+        kernel_problem, flex_problem = kernels.problems(attn.is_sliding, device, torch.bfloat16, attn.head_dim)
         route = decide(CallFacts(backend=backend, is_sliding=attn.is_sliding, is_causal=bool(attn.is_causal), head_dim=attn.head_dim,
-                                 q_len=4096, kv_len=4096, mask_given=False, dropout=0.0, scaling=attn.scaling, softcap=None,
-                                 kernel_problem=problem, flex_problem=flex_problem))
+                                 q_len=4096, kv_len=4096, mask=PLAIN, dropout=0.0, scaling=attn.scaling, softcap=None,
+                                 kernel_problem=kernel_problem, flex_problem=flex_problem))
         kinds[("sliding" if attn.is_sliding else "full", attn.head_dim, route.kernel, route.reason)] += 1
     return [dict(layer=k[0], head_dim=k[1], kernel=k[2], reason=k[3], layers=n) for k, n in sorted(kinds.items())]

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ffpa_patch  # noqa: E402
 import tiny  # noqa: E402
 from ffpa_patch.kernels import use  # noqa: E402
-from ffpa_patch.kernels.reference import ReferenceKernels  # noqa: E402
+from ffpa_patch.kernels import reference  # noqa: E402
 
 
 def main():
@@ -27,7 +27,7 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model, opt = accelerator.prepare(model, opt)
     ids = torch.randint(0, 128, (2, 24), generator=torch.Generator().manual_seed(accelerator.process_index))
-    with use(ReferenceKernels()):
+    with use(reference.kernel_set()):
         loss = model(input_ids=ids, labels=ids).loss
         accelerator.backward(loss)
     opt.step()

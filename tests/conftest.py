@@ -37,9 +37,9 @@ def patched():
 def reference_kernels():
     """The documented seam, taking fp32 too: whole-model tests of fp32 models against fp32 eager."""
     from ffpa_patch.kernels import use
-    from ffpa_patch.kernels.reference import ReferenceKernels
+    from ffpa_patch.kernels import reference
 
-    with use(ReferenceKernels(fp32=True)) as k:
+    with use(reference.kernel_set(fp32=True)) as k:
         yield k
 
 
@@ -48,9 +48,9 @@ def strict_kernels():
     """The documented seam refusing exactly what the GPU kernels refuse (fp32, mixed dtypes,
     head_dim, layout): for tests of which precision routes where."""
     from ffpa_patch.kernels import use
-    from ffpa_patch.kernels.reference import ReferenceKernels
+    from ffpa_patch.kernels import reference
 
-    with use(ReferenceKernels()) as k:
+    with use(reference.kernel_set()) as k:
         yield k
 
 

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ffpa_patch  # noqa: E402
 import tiny  # noqa: E402
 from ffpa_patch.kernels import use  # noqa: E402
-from ffpa_patch.kernels.reference import ReferenceKernels  # noqa: E402
+from ffpa_patch.kernels import reference  # noqa: E402
 
 
 def main():
@@ -28,7 +28,7 @@ def main():
         fully_shard(layer)
     fully_shard(model)
     ids = torch.randint(0, 128, (1, 16), generator=torch.Generator().manual_seed(rank))
-    with use(ReferenceKernels(fp32=True)):
+    with use(reference.kernel_set(fp32=True)):
         loss = model(ids, labels=ids).loss
         loss.backward()
     ok = torch.tensor([int(activated_by_launcher and ffpa_patch.is_applied() and ffpa_patch._stats.total("full", "ffpa") == 1 and torch.isfinite(loss).item())])

@@ -99,9 +99,9 @@ def test_first_forward_prints_one_summary_line_per_model():
         "import sys; sys.path.insert(0, 'tests')\n"
         "import torch, ffpa_patch, tiny\n"
         "from ffpa_patch.kernels import use\n"
-        "from ffpa_patch.kernels.reference import ReferenceKernels\n"
+        "from ffpa_patch.kernels import reference\n"
         "m = tiny.causal_lm('dense31b', attn='ffpa')\n"
-        "with use(ReferenceKernels(fp32=True)):\n"
+        "with use(reference.kernel_set(fp32=True)):\n"
         "    for _ in range(3): m(torch.randint(0, 128, (1, 8)))\n"
     )
     env = dict(os.environ, PYTHONPATH=ROOT)

@@ -12,7 +12,14 @@ import torch
 
 import tiny
 from ffpa_patch.routing import stats
-from ffpa_patch.routing.compiled import REASON_PREFIX
+from ffpa_patch.routing.policy import IN_OP as REASON_PREFIX
+from ffpa_patch.routing.policy import TRACED
+
+
+def ran(layer, kernel, where=REASON_PREFIX):
+    """Calls counted at run time by the op (``where=REASON_PREFIX``) or routes counted once per
+    trace (``where=TRACED``)."""
+    return sum(r["count"] for r in stats.snapshot() if (r["layer"], r["kernel"]) == (layer, kernel) and r["reason"].startswith(where))
 
 
 def _inputs(kind):
@@ -50,21 +57,23 @@ def test_compiled_model_has_no_graph_breaks_and_matches_eager(kind, patched):
     from torch._dynamo.utils import counters
 
     from ffpa_patch.kernels import use
-    from ffpa_patch.kernels.reference import ReferenceKernels
+    from ffpa_patch.kernels import reference
 
     torch._dynamo.reset()
     counters.clear()
     model = tiny.causal_lm("dense31b", attn="ffpa")
     ids, kw = _inputs(kind)
-    with use(ReferenceKernels(fa4=False, fp32=True)):
+    with use(reference.kernel_set(fa4=False, fp32=True)):
         ref_logits, ref_grads = _loss_and_grads(model, model, ids, kw)
         stats.reset()
         logits, grads = _loss_and_grads(model, torch.compile(model, backend="aot_eager"), ids, kw)
     assert dict(counters["graph_break"]) == {}  # stock Gemma4 compiles to one graph too
     _assert_same(logits, grads, ref_logits, ref_grads)
-    # the op counts itself at run time: the full layer ran FFPA varlen (padding/packing)
-    assert stats.total("full", "ffpa") == 1
+    # the op counts itself at run time: the full layer ran FFPA varlen (padding/packing); the
+    # trace counted every layer's route once
+    assert ran("full", "ffpa") == 1
     assert any(r["reason"] == REASON_PREFIX + "varlen (padding/packing)" for r in stats.snapshot())
+    assert ran("full", "ffpa", TRACED) == 1 and ran("sliding", "flex", TRACED) == len(model.model.layers) - 1
 
 
 def test_sliding_layer_without_a_mask_keeps_its_window_in_a_graph(patched):
@@ -75,7 +84,7 @@ def test_sliding_layer_without_a_mask_keeps_its_window_in_a_graph(patched):
     from transformers.models.gemma4.modeling_gemma4 import eager_attention_forward
 
     from ffpa_patch.kernels import use
-    from ffpa_patch.kernels.reference import ReferenceKernels
+    from ffpa_patch.kernels import reference
     from ffpa_patch.routing.attention import route_attention
 
     model = tiny.causal_lm("dense31b", attn="eager")
@@ -87,11 +96,13 @@ def test_sliding_layer_without_a_mask_keeps_its_window_in_a_graph(patched):
     additive = torch.zeros(n, n).masked_fill(~((j <= i) & (i - j < window)), torch.finfo(torch.float32).min)
     ref, _ = eager_attention_forward(attn, q, k, k, additive[None, None], scaling=1.0)
 
+    from ffpa_patch.routing.masks import CausalMask
+
     def call(q, k):
-        return route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0, sliding_window=window)[0]
+        return route_attention(attn, q, k, k, CausalMask(window), backend="ffpa", scaling=1.0, sliding_window=window)[0]
 
     torch._dynamo.reset()
-    with use(ReferenceKernels(fa4=False, fp32=True)):
+    with use(reference.kernel_set(fa4=False, fp32=True)):
         out = torch.compile(call, backend="aot_eager", fullgraph=True)(q, k)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
 
@@ -106,13 +117,13 @@ def test_fused_attention_op_falls_back_to_sdpa_for_other_masks(reference_kernels
     mask[4:9, 4:9] = True  # an image block
     mask = mask[None, None]
     stats.reset()
-    out = torch.ops.ffpa_patch.fused_attention(q, k, k, mask, 0.125, None, False)
+    out = torch.ops.ffpa_patch.fused_attention(q, k, k, mask, 0.125, None, "ffpa", 5, False, False, False)
     torch.testing.assert_close(out, reference.masked(q, k, k, mask, 0.125), atol=1e-5, rtol=1e-4)
     out.sum().backward()
     assert q.grad is not None and k.grad is not None
     assert stats.total("full", "sdpa") == 1
     torch.library.opcheck(torch.ops.ffpa_patch.fused_attention.default,
-                          (q.detach(), k.detach(), k.detach(), mask, 0.125, None, False))
+                          (q.detach(), k.detach(), k.detach(), mask, 0.125, None, "ffpa", 5, False, False, False))
 
 
 def _window_mask(n, window, pad=0):
@@ -139,7 +150,7 @@ def test_fused_attention_op_routes_a_sliding_layer_like_eager(case, reference_ke
     mask = None if case == "no mask" else allowed[None, None]
     flex_ok = case.endswith("flex")
     stats.reset()
-    out = torch.ops.ffpa_patch.fused_attention(q, k, k, mask, 0.125, window, flex_ok)
+    out = torch.ops.ffpa_patch.fused_attention(q, k, k, mask, 0.125, window, "fa4", 0, True, flex_ok, False)
     expected = reference.masked(q, k, k, allowed[None, None], 0.125)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
     grad = torch.randn_like(out)
@@ -154,7 +165,7 @@ def test_fused_attention_op_routes_a_sliding_layer_like_eager(case, reference_ke
     assert reason is None or row["reason"] == REASON_PREFIX + reason
     if not flex_ok:  # (opcheck's schema check cannot run the vmap inside create_block_mask)
         torch.library.opcheck(torch.ops.ffpa_patch.fused_attention.default,
-                              (q.detach(), k.detach(), k.detach(), mask, 0.125, window, flex_ok))
+                              (q.detach(), k.detach(), k.detach(), mask, 0.125, window, "fa4", 0, True, flex_ok, False))
 
 
 @pytest.mark.parametrize("kind", ["left_pad", "packed"])
@@ -165,22 +176,23 @@ def test_compiled_sliding_layers_run_flash_attn_4_in_the_op(kind, patched):
     from torch._dynamo.utils import counters
 
     from ffpa_patch.kernels import use
-    from ffpa_patch.kernels.reference import ReferenceKernels
+    from ffpa_patch.kernels import reference
 
     torch._dynamo.reset()
     counters.clear()
     model = tiny.causal_lm("dense31b", attn="ffpa")
     ids, kw = _inputs(kind)
-    with use(ReferenceKernels(fp32=True)):
+    with use(reference.kernel_set(fp32=True)):
         ref_logits, ref_grads = _loss_and_grads(model, model, ids, kw)
         stats.reset()
         logits, grads = _loss_and_grads(model, torch.compile(model, backend="aot_eager"), ids, kw)
     assert dict(counters["graph_break"]) == {}
     _assert_same(logits, grads, ref_logits, ref_grads)
     sliding = sum(l.self_attn.is_sliding for l in model.model.layers)
-    assert stats.total("sliding", "fa4") == sliding and stats.total("sliding", "flex") == 0
-    assert stats.total("full", "ffpa") == len(model.model.layers) - sliding
-    assert {r["reason"] for r in stats.snapshot()} == {REASON_PREFIX + "varlen (padding/packing)"}
+    assert ran("sliding", "fa4") == sliding and stats.total("sliding", "flex") == 0
+    assert ran("full", "ffpa") == len(model.model.layers) - sliding
+    ran_rows = {r["reason"] for r in stats.snapshot() if not r["reason"].startswith(TRACED)}
+    assert ran_rows == {REASON_PREFIX + "varlen (padding/packing)"}
 
 
 @pytest.mark.parametrize("module", ["ffpa", "fa4", "flex"])
@@ -202,18 +214,15 @@ def test_kernel_availability_is_a_constant_to_dynamo(module, recwarn):
     assert not [w for w in recwarn if "lru_cache" in str(w.message)]
 
 
-class _RealFlexOnCPU:
+def _real_flex_on_cpu():
     """The reference kernels, except that sliding layers run torch's real flex_attention
     (which Inductor can compile for CPU, forward only)."""
+    from dataclasses import replace
 
-    def __new__(cls):
-        from ffpa_patch.kernels import flex
-        from ffpa_patch.kernels.reference import ReferenceKernels
+    from ffpa_patch.kernels import flex, reference
 
-        kernels = ReferenceKernels(fa4=False, fp32=True)
-        kernels.flex_unsupported = lambda *args: None
-        kernels.flex = flex.attention
-        return kernels
+    kernels = reference.kernel_set(fa4=False, fp32=True)
+    return replace(kernels, flex=replace(kernels.flex, unsupported=lambda *args: None, block=flex.attention))
 
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
@@ -232,18 +241,18 @@ def test_inductor_lowers_flex_over_the_mask_transformers_built(patched):
     model = tiny.causal_lm("dense31b", attn="ffpa")
     ids, kw = _inputs("left_pad")
     valid = kw["attention_mask"].bool()
-    with use(_RealFlexOnCPU()), torch.no_grad():
+    with use(_real_flex_on_cpu()), torch.no_grad():
         eager = model(ids, **kw).logits
         stats.reset()
         compiled = torch.compile(model)(ids, **kw).logits
     assert dict(counters["graph_break"]) == {}
     torch.testing.assert_close(compiled[valid], eager[valid], atol=1e-4, rtol=1e-4)
-    assert stats.total("full", "ffpa") == 1
+    assert ran("full", "ffpa") == 1
 
 
-def test_additive_float_mask_in_a_graph_runs_the_eager_route(patched, reference_kernels):
-    """A float mask cannot go to the ops (they take bool masks): the call leaves the graph
-    (one break) and routes as in eager mode, padding read from the mask -> FFPA varlen."""
+def test_additive_float_mask_in_a_graph_is_read_by_the_op(patched, reference_kernels):
+    """A float mask is data too: the op reads it at run time, as the eager route does (padding
+    read from the mask -> FFPA varlen), with no graph break."""
     from torch._dynamo.testing import CompileCounter
 
     from ffpa_patch.routing.attention import route_attention
@@ -251,7 +260,7 @@ def test_additive_float_mask_in_a_graph_runs_the_eager_route(patched, reference_
     model = tiny.causal_lm("dense31b", attn="eager")
     attn = next(l.self_attn for l in model.model.layers if not l.self_attn.is_sliding)
     torch.manual_seed(0)
-    q, k = torch.randn(2, 4, 16, 512), torch.randn(2, 1, 16, 512)
+    q, k = torch.randn(2, 4, 16, 512) * 512**-0.25, torch.randn(2, 1, 16, 512) * 512**-0.25
     allowed = torch.ones(16, 16, dtype=torch.bool).tril().expand(2, 1, 16, 16).clone()
     allowed[0, :, :, :5] = False  # left padding in row 0
     allowed[0, :, :5, :5] = torch.eye(5, dtype=torch.bool)  # padding rows see themselves only
@@ -264,10 +273,11 @@ def test_additive_float_mask_in_a_graph_runs_the_eager_route(patched, reference_
     stats.reset()
     torch._dynamo.reset()
     counter = CompileCounter()
-    compiled = torch.compile(call, backend=counter)(q, k, additive)
+    compiled = torch.compile(call, backend=counter, fullgraph=True)(q, k, additive)
     torch.testing.assert_close(compiled, eager)
-    assert stats.total("full", "ffpa") == 1
-    assert any(r["reason"] == "varlen (padding/packing)" for r in stats.snapshot())
+    assert counter.frame_count == 1
+    assert ran("full", "ffpa") == 1
+    assert any(r["reason"] == REASON_PREFIX + "varlen (padding/packing)" for r in stats.snapshot())
 
 
 @pytest.mark.parametrize("family,context_fn,kind", [("dense31b", "plain", "packed"), ("dense31b", "selective", "packed"),
@@ -282,7 +292,7 @@ def test_compiled_checkpointed_model_has_no_graph_breaks_with_the_readme_setting
     from torch._dynamo.utils import counters
 
     from ffpa_patch.kernels import use
-    from ffpa_patch.kernels.reference import ReferenceKernels
+    from ffpa_patch.kernels import reference
 
     torch._dynamo.reset()
     counters.clear()
@@ -293,10 +303,10 @@ def test_compiled_checkpointed_model_has_no_graph_breaks_with_the_readme_setting
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     model.train()
     ids, kw = _inputs(kind)
-    with use(ReferenceKernels(fa4=False, fp32=True)), torch._dynamo.config.patch(skip_fwd_side_effects_in_bwd_under_checkpoint=True):
+    with use(reference.kernel_set(fa4=False, fp32=True)), torch._dynamo.config.patch(skip_fwd_side_effects_in_bwd_under_checkpoint=True):
         ref_logits, ref_grads = _loss_and_grads(model, model, ids, kw)
         stats.reset()
         logits, grads = _loss_and_grads(model, torch.compile(model, backend="aot_eager"), ids, kw)
     assert dict(counters["graph_break"]) == {}
-    assert stats.total("full", "ffpa") >= 1
+    assert ran("full", "ffpa") >= 1
     _assert_same(logits, grads, ref_logits, ref_grads)

@@ -1,37 +1,50 @@
-"""The pure route decision, branch by branch."""
+"""The pure route decision, branch by branch: eager, refine and in-graph alike."""
 import pytest
 
-from ffpa_patch.routing.decide import CallFacts, Route, decide, refine, should_have_run_ffpa
+from ffpa_patch.routing.decide import (DIRECT, EAGER_REGION, MISSING_MASK, NONE, OP, OPAQUE, PLAIN, TENSOR, CallFacts,
+                                       Route, decide, in_graph, refine, strict_violation)
 
 BASE = dict(backend="ffpa", is_sliding=False, is_causal=True, head_dim=512, q_len=8, kv_len=8,
-            mask_given=False, dropout=0.0, scaling=1.0, softcap=None, kernel_problem=None,
-            flex_problem=None)
+            mask=PLAIN, dropout=0.0, scaling=1.0, softcap=None, kernel_problem=None, flex_problem=None)
+
+
+def facts(**kw):
+    return CallFacts(**{**BASE, **kw})
 
 
 def route(**kw):
-    return decide(CallFacts(**{**BASE, **kw}))
+    return decide(facts(**kw))
 
 
 @pytest.mark.parametrize("change, kernel, needle", [
     ({}, "ffpa", "dense causal"),
     ({"is_sliding": True, "head_dim": 256}, "fa4", "dense causal"),
-    ({"mask_given": True}, "ffpa", "masked"),
+    ({"mask": TENSOR}, "ffpa", "masked"),
     ({"softcap": 30.0}, "eager", "softcap"),
     ({"q_len": 1}, "sdpa", "decode"),
     ({"is_causal": False}, "sdpa", "bidirectional"),
+    ({"is_causal": False, "mask": NONE}, "sdpa", "bidirectional"),  # stock's bidirectional "no mask needed"
     ({"backend": "sdpa", "is_sliding": True}, "fa4", "dense causal"),
+    ({"backend": "sdpa", "mask": NONE}, "ffpa", "dense causal"),  # drop-in: stock sdpa_mask's "use is_causal"
     ({"is_sliding": True, "kernel_problem": "no fa4"}, "flex", "dense causal"),
-    ({"is_sliding": True, "kernel_problem": "no fa4", "mask_given": True}, "flex", "masked"),
+    ({"is_sliding": True, "kernel_problem": "no fa4", "mask": TENSOR}, "flex", "masked"),
     ({"is_sliding": True, "kernel_problem": "no fa4", "flex_problem": "device cpu"}, "sdpa", "no fa4; device cpu"),
     ({"backend": "sdpa", "is_sliding": True, "kernel_problem": "no fa4"}, "sdpa", "flash-attn-4 only (no fa4)"),
     ({"flex_problem": None, "kernel_problem": "device cpu"}, "sdpa", "device cpu"),  # full layers never take flex
     ({"dropout": 0.1}, "sdpa", "dropout"),
     ({"scaling": None}, "sdpa", "scale"),
-    ({"q_len": 4, "mask_given": True}, "sdpa", "q_len != kv_len"),
-    ({"q_len": 4, "backend": "sdpa"}, "sdpa", "q_len != kv_len"),
-    ({"q_len": 4}, "ffpa", "dense causal"),  # ffpa backend, no mask: tail-sliced queries
+    ({"q_len": 4, "mask": TENSOR}, "sdpa", "q_len != kv_len"),
+    ({"q_len": 4, "backend": "sdpa", "mask": NONE}, "sdpa", "q_len != kv_len"),  # SDPA's top-left is_causal
+    ({"q_len": 4}, "ffpa", "dense causal"),  # a CausalMask: tail-sliced queries, bottom-right
     ({"q_len": 9}, "sdpa", "q_len > kv_len"),
     ({"kernel_problem": "device cpu"}, "sdpa", "device cpu"),
+    ({"mask": OPAQUE, "mask_note": "mask requires grad"}, "sdpa", "requires grad"),
+    ({"backend": "sdpa", "sdpa_pinned": "math"}, "sdpa", "sdpa_kernel() pins SDPA to math"),
+    ({"sdpa_pinned": "math"}, "ffpa", "dense causal"),  # the "ffpa" backend is the user's explicit choice
+    ({"backend": "sdpa", "context_parallel": True}, "sdpa", "context parallel"),
+    ({"context_parallel": True}, "refuse", "context parallelism"),
+    ({"mask": NONE}, "refuse", MISSING_MASK),
+    ({"mask": NONE, "softcap": 5.0}, "refuse", MISSING_MASK),  # no fallback guesses the padding either
 ])
 def test_decide(change, kernel, needle):
     r = route(**change)
@@ -43,20 +56,35 @@ def test_refine():
     assert "varlen" in refine(Route("fa4", "masked"), "varlen").reason
     assert refine(Route("ffpa", "masked"), "other").kernel == "sdpa"
     assert refine(Route("fa4", "masked"), "other").kernel == "sdpa"
-    assert refine(Route("fa4", "masked"), "other", flex_ok=True).kernel == "flex"
+    assert refine(Route("fa4", "masked"), "other", flex_takes_it=True).kernel == "flex"
     assert refine(Route("flex", "masked"), "varlen").kernel == "flex"
 
 
 def test_flex_only_for_sliding_layers_on_the_ffpa_backend():
-    sliding = CallFacts(**{**BASE, "is_sliding": True})
-    assert sliding.flex_ok
-    assert not CallFacts(**{**BASE, "is_sliding": True, "backend": "sdpa"}).flex_ok
-    assert not CallFacts(**{**BASE, "is_sliding": True, "flex_problem": "no"}).flex_ok
-    assert not CallFacts(**BASE).flex_ok
+    assert facts(is_sliding=True).flex_ok
+    assert not facts(is_sliding=True, backend="sdpa").flex_ok
+    assert not facts(is_sliding=True, flex_problem="no").flex_ok
+    assert not facts().flex_ok
+
+
+@pytest.mark.parametrize("route_, change, traceable, op, bool_mask, mode, kernel", [
+    (Route("sdpa", "x"), {}, False, True, True, DIRECT, "sdpa"),  # fallbacks trace as in eager
+    (Route("ffpa", "dense causal"), {}, True, True, False, DIRECT, "ffpa"),  # a CausalMask: nothing to read
+    (Route("ffpa", "masked"), {"mask": TENSOR}, True, True, True, OP, "ffpa"),  # a mask is data: the op reads it
+    (Route("fa4", "dense causal"), {"is_sliding": True}, False, True, False, OP, "fa4"),  # fa4 does not trace
+    (Route("flex", "masked"), {"is_sliding": True, "mask": TENSOR}, True, True, True, DIRECT, "flex"),  # takes it as given
+    (Route("flex", "masked"), {"is_sliding": True, "mask": TENSOR}, True, True, False, OP, "flex"),  # a float mask
+    (Route("fa4", "masked"), {"is_sliding": True, "mask": TENSOR}, False, False, True, DIRECT, "flex"),  # no op
+    (Route("ffpa", "masked"), {"mask": TENSOR}, True, False, False, EAGER_REGION, "ffpa"),
+])
+def test_in_graph(route_, change, traceable, op, bool_mask, mode, kernel):
+    got_mode, got = in_graph(route_, facts(**change), traceable, op, bool_mask)
+    assert (got_mode, got.kernel) == (mode, kernel)
 
 
 def test_strict_only_flags_missed_full_layers():
-    assert should_have_run_ffpa(False, 512, Route("sdpa", "device cpu"))
-    assert not should_have_run_ffpa(False, 512, Route("sdpa", "decode (q_len == 1)"))
-    assert not should_have_run_ffpa(True, 256, Route("sdpa", "x"))
-    assert not should_have_run_ffpa(False, 512, Route("ffpa", "dense causal"))
+    assert strict_violation(False, 512, Route("sdpa", "device cpu"))
+    assert not strict_violation(False, 512, route(q_len=1))  # decode: the call's own nature
+    assert not strict_violation(False, 512, route(backend="sdpa", sdpa_pinned="math"))  # the user's choice
+    assert not strict_violation(True, 256, Route("sdpa", "x"))
+    assert not strict_violation(False, 512, Route("ffpa", "dense causal"))

@@ -5,7 +5,9 @@ import torch
 import ffpa_patch
 import tiny
 from ffpa_patch.routing import stats
-from ffpa_patch.routing.attention import FFPAFallbackError, route_attention
+from ffpa_patch.routing.masks import CausalMask
+from ffpa_patch import FFPAFallbackError
+from ffpa_patch.routing.attention import route_attention
 
 
 def reasons(layer="full"):
@@ -70,7 +72,7 @@ def test_softcap_goes_to_eager_with_softcap(patched, reference_kernels):
     model = tiny.causal_lm("dense31b", attn="eager")
     attn = full_attention_module(model)
     q, k = torch.randn(1, 4, 8, 512), torch.randn(1, 1, 8, 512)
-    out, _ = route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0, softcap=5.0)
+    out, _ = route_attention(attn, q, k, k, CausalMask(), backend="ffpa", scaling=1.0, softcap=5.0)
     from transformers.models.gemma4.modeling_gemma4 import eager_attention_forward
 
     causal = torch.zeros(8, 8).masked_fill(~torch.ones(8, 8, dtype=torch.bool).tril(), torch.finfo(torch.float32).min)
@@ -80,12 +82,12 @@ def test_softcap_goes_to_eager_with_softcap(patched, reference_kernels):
 
 
 def test_sliding_layer_without_a_mask_falls_back_with_its_window(patched, reference_kernels):
-    # the "ffpa" mask function leaves a plain sliding window to the kernels; a fallback must build it
+    # the "ffpa" mask function leaves a plain sliding window to the kernels (a CausalMask); a fallback must build it
     model = tiny.causal_lm("dense31b", attn="eager")
     attn = next(l.self_attn for l in model.model.layers if l.self_attn.is_sliding)
     window = attn.sliding_window
     q, k = torch.randn(1, 4, 2 * window, 32), torch.randn(1, 2, 2 * window, 32)
-    out, _ = route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0, sliding_window=window, softcap=5.0)
+    out, _ = route_attention(attn, q, k, k, CausalMask(window), backend="ffpa", scaling=1.0, sliding_window=window, softcap=5.0)
     from transformers.models.gemma4.modeling_gemma4 import eager_attention_forward
 
     i, j = torch.arange(2 * window)[:, None], torch.arange(2 * window)[None, :]
@@ -101,7 +103,7 @@ def test_bidirectional_module_is_not_sent_to_causal_kernels(patched, reference_k
     attn = full_attention_module(model)
     attn.is_causal = False
     q, k = torch.randn(1, 4, 8, 512), torch.randn(1, 1, 8, 512)
-    out, _ = route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0)
+    out, _ = route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0)  # stock's bidirectional "no mask"
     ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat(1, 4, 1, 1), k.repeat(1, 4, 1, 1), scale=1.0)
     torch.testing.assert_close(out, ref.transpose(1, 2), atol=1e-5, rtol=1e-4)
     assert any("bidirectional" in r for r in reasons())
@@ -149,7 +151,7 @@ def test_context_parallel_fails_fast_on_ffpa_backend_and_dropin_defers_to_the_ri
             except NotImplementedError as exc:
                 assert "sharding strategy" in str(exc)
             assert any("context parallel" in r for r in reasons())
-        out, _ = route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0)  # CP off again: FFPA
+        out, _ = route_attention(attn, q, k, k, CausalMask(), backend="ffpa", scaling=1.0)  # CP off again: FFPA
         assert stats.total("full", "ffpa") == 1
     finally:
         dist.destroy_process_group()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ffpa_patch.kernels import flex, reference
-from ffpa_patch.routing.masks import analyse
+from ffpa_patch.routing.masks import read as analyse
 from test_masks import causal
 
 S, WINDOW = 40, 7

@@ -45,14 +45,15 @@ def test_a_soft_additive_mask_reaches_sdpa_as_given(bias, patched, reference_ker
     out, _ = route_attention(attn, q, k, k, mask, backend="ffpa", scaling=1.0)
     torch.testing.assert_close(out, sdpa(q, k, mask), atol=1e-5, rtol=1e-4)
     assert stats.total("full", "ffpa") == 0
-    assert masks.analyse(mask, 1, None).kind == "other"
-    assert masks.analyse(padding_mask(), 1, None).kind == "varlen"  # the hard mask still is
+    assert masks.read(mask, 1, None).kind == "other"
+    assert masks.read(padding_mask(), 1, None).kind == "varlen"  # the hard mask still is
 
 
 def test_an_inference_mask_edited_in_place_is_read_again(patched, reference_kernels):
     attn = full_attention(tiny.causal_lm("dense31b"))
     torch.manual_seed(0)
-    q, k = torch.randn(1, 4, 16, 512), torch.randn(1, 1, 16, 512)
+    # logits ~N(0, 1) (scaling is 1.0): a saturated softmax would compare rounding noise
+    q, k = torch.randn(1, 4, 16, 512) * 512**-0.25, torch.randn(1, 1, 16, 512) * 512**-0.25
     with torch.inference_mode():
         mask = padding_mask(pad=2)
         route_attention(attn, q, k, k, mask, backend="ffpa", scaling=1.0)
@@ -67,13 +68,15 @@ def test_an_inference_mask_edited_in_place_is_read_again(patched, reference_kern
 @pytest.mark.parametrize("layer", ["full", "sliding"])
 def test_a_mask_less_fallback_with_fewer_queries_than_keys_is_bottom_right_causal(layer, patched):
     """No seam: on CPU the kernels cannot run, so this is the fallback of a call the kernels
-    would have taken (the "ffpa" backend, no mask, q_len < kv_len: KV-shared layers)."""
+    would have taken (the "ffpa" backend, a CausalMask, q_len < kv_len: KV-shared layers
+    whose queries Transformers 5.23+ sliced to logits_to_keep)."""
     model = tiny.causal_lm("dense31b")
     attn = next(l.self_attn for l in model.model.layers if l.self_attn.is_sliding == (layer == "sliding"))
     d, hk, window = (32, 2, attn.sliding_window) if layer == "sliding" else (512, 1, None)
     torch.manual_seed(0)
     q, k = torch.randn(1, 4, 5, d), torch.randn(1, hk, 12, d)
-    out, _ = route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0, sliding_window=window)
+    out, _ = route_attention(attn, q, k, k, masks.CausalMask(window)[:, :, -5:, :], backend="ffpa", scaling=1.0,
+                             sliding_window=window)
     i, j = torch.arange(5)[:, None] + 7, torch.arange(12)[None, :]
     allowed = (j <= i) & ((i - j < window) if window else True)
     torch.testing.assert_close(out, sdpa(q, k, allowed[None, None]), atol=1e-5, rtol=1e-4)

@@ -1,7 +1,7 @@
 """Mask analysis: exact structure or 'other', never a guess."""
 import torch
 
-from ffpa_patch.routing.masks import analyse
+from ffpa_patch.routing.masks import analyse, read
 
 
 def causal(s, window=None):
@@ -13,13 +13,13 @@ def causal(s, window=None):
 
 
 def test_plain_causal_is_dense():
-    assert analyse(causal(10)[None, None], 1, None).kind == "dense"
-    assert analyse(causal(10, 4)[None, None], 3, 4).kind == "dense"  # broadcast over batch
+    assert read(causal(10)[None, None], 1, None).kind == "dense"
+    assert read(causal(10, 4)[None, None], 3, 4).kind == "dense"  # broadcast over batch
 
 
 def test_wrong_window_is_other():
-    assert analyse(causal(10, 4)[None, None], 1, 5).kind == "other"
-    assert analyse(causal(10)[None, None], 1, 4).kind == "other"
+    assert read(causal(10, 4)[None, None], 1, 5).kind == "other"
+    assert read(causal(10)[None, None], 1, 4).kind == "other"
 
 
 def test_padding_and_packing_give_cu_seqlens():
@@ -27,7 +27,7 @@ def test_padding_and_packing_give_cu_seqlens():
     left[:, :3] = False  # keys 0..2 are padding
     packed = causal(8) & (torch.arange(8)[:, None] // 5 == torch.arange(8)[None] // 5)  # 5 + 3
     mask = torch.stack([left, packed])[:, None]
-    lay = analyse(mask, 2, None)
+    lay = read(mask, 2, None)
     assert lay.kind == "varlen"
     assert lay.cu_seqlens.tolist() == [0, 5, 10, 13]
     assert lay.max_seqlen == 5
@@ -36,26 +36,52 @@ def test_padding_and_packing_give_cu_seqlens():
 
 def test_additive_float_mask_is_read_like_bool():
     m = torch.zeros(6, 6).masked_fill(~causal(6), torch.finfo(torch.float32).min)
-    assert analyse(m[None, None], 1, None).kind == "dense"
+    assert read(m[None, None], 1, None).kind == "dense"
 
 
 def test_bidirectional_block_is_other():
     m = causal(8).clone()
     m[2:5, 2:5] = True
-    assert analyse(m[None, None], 1, None).kind == "other"
+    assert read(m[None, None], 1, None).kind == "other"
 
 
-def test_analysis_is_shared_by_views_of_one_mask_and_redone_after_a_write():
-    """A compiled graph hands each layer's op a fresh view of one mask buffer: the layers
-    share one analysis. Writing into the mask (version bump) makes it analysed again."""
+def test_one_analysis_per_forward_shared_by_views_and_read_again_in_the_next_forward():
+    """The layers of one forward share one analysis (a compiled graph hands each layer's op a
+    fresh view of the one mask buffer); the next forward (a layer index that does not increase)
+    reads the mask again, even when it was rewritten behind torch's version counter."""
     mask = causal(8)[None, None].clone()
-    first = analyse(mask, 1, None)
+    first = analyse(mask, 1, None, layer_idx=5)
     view = mask.as_strided(mask.shape, mask.stride())
-    assert view is not mask and analyse(view, 1, None) is first
-    assert analyse(mask.clone(), 1, None) is not first  # equal values, another buffer
-    mask[0, 0, :, 0] = False  # token 0 is now padding (it sees nothing, not even itself)
-    again = analyse(view, 1, None)
+    assert view is not mask and analyse(view, 1, None, layer_idx=11) is first
+    assert analyse(mask.clone(), 1, None, layer_idx=17) is not first  # equal values, another buffer
+    mask.numpy()[0, 0, :, 0] = False  # token 0 is now padding; a numpy write keeps torch's version
+    again = analyse(view, 1, None, layer_idx=5)  # layer 5 again: the next forward
     assert again is not first and (first.kind, again.kind) == ("dense", "varlen")
+
+
+def test_a_backward_recomputes_with_its_forwards_analysis():
+    """Checkpointing recomputes each layer inside backward (in reverse order, on autograd's
+    thread): it must see the mask as the forward did, and selective checkpointing also needs
+    the same ops, so no analysis of its own."""
+    import torch
+
+    mask = causal(8)[None, None].clone()
+    forward = analyse(mask, 1, None, layer_idx=5)
+    found = []
+
+    class Recompute(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):  # checkpointing recomputes layers in reverse order inside backward
+            found.extend(analyse(mask, 1, None, layer_idx=i) for i in (11, 5))
+            return g
+
+    x = torch.ones(1, requires_grad=True)
+    Recompute.apply(x).sum().backward()
+    assert found[0] is forward and found[1] is forward
 
 
 def test_random_padding_and_packing_layouts_match_their_construction():
@@ -79,7 +105,7 @@ def test_random_padding_and_packing_layouts_match_their_construction():
                 p += n
         as_float = rng.random() < 0.3
         given = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min) if as_float else mask
-        lay = analyse(given, batch, window)
+        lay = read(given, batch, window)
         if lay.kind == "dense":
             assert lengths == [seq] * batch
             continue

@@ -63,9 +63,9 @@ def n_layers(model, kind):
 @pytest.mark.parametrize("kind", ["text", "left_pad", "right_pad", "packed"])
 def test_ffpa_backend_matches_eager_and_routes_every_layer(family, kind, sliding, patched):
     from ffpa_patch.kernels import use
-    from ffpa_patch.kernels.reference import ReferenceKernels
+    from ffpa_patch.kernels import reference
 
-    with use(ReferenceKernels(fa4=sliding == "fa4", fp32=True)):
+    with use(reference.kernel_set(fa4=sliding == "fa4", fp32=True)):
         model = check_against_eager(family, kind, "ffpa")
     expected = "dense causal" if kind == "text" else "varlen (padding/packing)"
     rows = {(r["layer"], r["kernel"], r["reason"]): r["count"] for r in stats.snapshot()}
@@ -88,9 +88,9 @@ def test_dropin_sdpa_routes_full_layers_to_ffpa_and_sliding_to_fa4(family, kind,
 def reference_kernels_without_fa4():
     """The same seam, playing a machine without flash-attn-4."""
     from ffpa_patch.kernels import use
-    from ffpa_patch.kernels.reference import ReferenceKernels
+    from ffpa_patch.kernels import reference
 
-    with use(ReferenceKernels(fa4=False, fp32=True)) as k:
+    with use(reference.kernel_set(fa4=False, fp32=True)) as k:
         yield k
 
 
@@ -133,10 +133,10 @@ def test_vision_model_text_batch_full_layers_reach_ffpa(patched, reference_kerne
 @pytest.mark.parametrize("fa4", [True, False])
 def test_vision_model_image_blocks(fa4, patched):
     from ffpa_patch.kernels import use
-    from ffpa_patch.kernels.reference import ReferenceKernels
+    from ffpa_patch.kernels import reference
 
     model = tiny.vision_lm("dense31b")
-    with use(ReferenceKernels(fa4=fa4, fp32=True)):
+    with use(reference.kernel_set(fa4=fa4, fp32=True)):
         check_against_eager(None, None, "ffpa", model=model, inputs=vision_batch(image=True))
     # sliding layers: bidirectional image blocks flash-attn-4 cannot express -> flex BlockMask
     assert stats.total("sliding", "flex") == n_layers(model, "sliding")
@@ -201,8 +201,10 @@ def test_ffpa_mask_builds_every_other_local_mask():
 
     from ffpa_patch.patches.attention_backend import ffpa_mask
 
+    from ffpa_patch.routing.masks import CausalMask
+
     config = tiny.text_config("dense31b")
-    assert ffpa_mask(**mask_kwargs(config)) is None
+    assert ffpa_mask(**mask_kwargs(config)) == CausalMask(window=config.sliding_window)
     padded = torch.ones(1, S, dtype=torch.bool)
     padded[0, :3] = False
     others = {

@@ -8,19 +8,22 @@ import torch
 
 import tiny
 from ffpa_patch.kernels import reference
-from ffpa_patch.kernels.reference import ReferenceKernels
 from ffpa_patch.routing import stats
 from ffpa_patch.routing.attention import route_attention
+from ffpa_patch.routing.masks import CausalMask
 
 CAST = "autocast: q/k/v cast to bfloat16"
 
 
-class Layer(torch.nn.Module):
-    """What route_attention reads off a Gemma4TextAttention."""
+def Layer(sliding: bool):
+    """A real Gemma4 text attention layer of a tiny model (sliding window 8)."""
+    model = tiny.causal_lm("dense31b")
+    return next(l.self_attn for l in model.model.layers if l.self_attn.is_sliding == sliding)
 
-    def __init__(self, sliding: bool):
-        super().__init__()
-        self.is_sliding, self.is_causal, self.sliding_window = sliding, True, 8 if sliding else None
+
+def plain(sliding: bool) -> CausalMask:
+    """What the "ffpa" mask function hands an unpadded batch's layers."""
+    return CausalMask(8 if sliding else None)
 
 
 def qkv(head_dim, dtypes=(torch.float32, torch.float32, torch.bfloat16), heads=(4, 1), s=16):
@@ -33,7 +36,7 @@ def qkv(head_dim, dtypes=(torch.float32, torch.float32, torch.bfloat16), heads=(
 def test_autocast_casts_like_sdpa_and_grads_reach_fp32_inputs(sliding, patched, strict_kernels):
     q, k, v = qkv(32 if sliding else 512)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out, _ = route_attention(Layer(sliding), q, k, v, None, backend="ffpa", scaling=0.1)
+        out, _ = route_attention(Layer(sliding), q, k, v, plain(sliding), backend="ffpa", scaling=0.1)
     kernel = "fa4" if sliding else "ffpa"
     assert [(r["kernel"], r["reason"]) for r in stats.snapshot()] == [(kernel, f"dense causal; {CAST}")]
     assert out.dtype == torch.bfloat16  # what SDPA returns under autocast
@@ -46,39 +49,39 @@ def test_autocast_casts_like_sdpa_and_grads_reach_fp32_inputs(sliding, patched, 
 
 def test_fp32_outside_autocast_falls_back_as_on_the_gpu(patched, strict_kernels):
     q, k, v = qkv(512, dtypes=(torch.float32,) * 3)
-    route_attention(Layer(False), q, k, v, None, backend="ffpa", scaling=0.1)
+    route_attention(Layer(False), q, k, v, plain(False), backend="ffpa", scaling=0.1)
     assert [(r["kernel"], r["reason"]) for r in stats.snapshot()] == [("sdpa", "dtype torch.float32 (FFPA needs fp16/bf16)")]
 
 
 def test_mixed_dtypes_outside_autocast_are_not_guessed(patched, strict_kernels):
     q, k, v = qkv(512)
     with pytest.raises(RuntimeError):  # stock SDPA's own error: the fallback is exactly stock
-        route_attention(Layer(False), q, k, v, None, backend="ffpa", scaling=0.1)
+        route_attention(Layer(False), q, k, v, plain(False), backend="ffpa", scaling=0.1)
     assert stats.snapshot()[0]["reason"] == "mixed q/k/v dtypes float32/float32/bfloat16 outside autocast"
 
 
 def test_autocast_to_fp32_is_not_a_cast_to_half(patched, strict_kernels):
     q, k, v = qkv(512, dtypes=(torch.float32,) * 3)
     with torch.autocast("cpu", dtype=torch.float32, enabled=True):
-        route_attention(Layer(False), q, k, v, None, backend="ffpa", scaling=0.1)
+        route_attention(Layer(False), q, k, v, plain(False), backend="ffpa", scaling=0.1)
     assert stats.snapshot()[0]["kernel"] == "sdpa"
 
 
 def test_seam_refuses_what_the_kernels_refuse():
-    k = ReferenceKernels()
-    assert k.full_unsupported("cpu", torch.float32, 512) == "dtype torch.float32 (FFPA needs fp16/bf16)"
-    assert k.full_unsupported("cpu", torch.bfloat16, 256) == "head_dim 256 not in 320..512 on sm90"
-    assert k.full_unsupported("cpu", torch.bfloat16, 512) is None
-    assert k.sliding_unsupported("cpu", torch.float16, 512) == "head_dim 512 > 256"
-    assert k.sliding_unsupported("cpu", torch.float32, 128) == "dtype torch.float32 (flash-attn-4 needs fp16/bf16)"
+    k = reference.kernel_set()
+    assert k.full.unsupported("cpu", torch.float32, 512) == "dtype torch.float32 (FFPA needs fp16/bf16)"
+    assert k.full.unsupported("cpu", torch.bfloat16, 256) == "head_dim 256 not in 320..512 on sm90"
+    assert k.full.unsupported("cpu", torch.bfloat16, 512) is None
+    assert k.sliding.unsupported("cpu", torch.float16, 512) == "head_dim 512 > 256"
+    assert k.sliding.unsupported("cpu", torch.float32, 128) == "dtype torch.float32 (flash-attn-4 needs fp16/bf16)"
     q = torch.zeros(1, 8, 2, 512, dtype=torch.bfloat16)
     with pytest.raises(TypeError, match="share fp16/bf16"):
-        k.full_dense(q, q.float(), q, 0.1)
+        k.full.dense(q, q.float(), q, 0.1)
     with pytest.raises(ValueError, match="contiguous"):
-        k.full_dense(q, q.transpose(1, 3).contiguous().transpose(1, 3), q, 0.1)
+        k.full.dense(q, q.transpose(1, 3).contiguous().transpose(1, 3), q, 0.1)
     packed = q[0]
     with pytest.raises(TypeError, match="int32"):
-        k.full_varlen(packed, packed, packed, torch.tensor([0, 8]), 8, 0.1)
+        k.full.varlen(packed, packed, packed, torch.tensor([0, 8]), 8, 0.1)
 
 
 def _q_proj_grads(model, ids, kw, autocast: torch.dtype | None):

@@ -1,33 +1,90 @@
-"""Kernel providers behind one seam.
+"""The kernel table: what each fused kernel serves, refuses and can do, behind one seam.
 
-Routing asks ``active()`` for the kernels. By default that is ``CuteKernels``
-(ffpa-attn for the head_dim-512 full layers, flash-attn-4 for sliding layers,
-FlexAttention for sliding layers without flash-attn-4 or with image blocks; all
-imported lazily). ``use(ReferenceKernels())`` swaps in the fp32 reference
-with the same signatures and bottom-right causal semantics: the one documented
-seam CPU tests use. All tensors are ``[B, S, H, D]`` (dense) or ``[T, H, D]``
-(varlen); ``flex`` takes ``[B, H, S, D]`` and a BlockMask (built by routing,
-not by the provider); causal masking is bottom-right aligned; ``window`` counts the query
-itself (Transformers' ``sliding_window``).
+A ``Kernel`` declares its name (the route's name in ``stats()``), the layers it
+serves, why it refuses a call (``unsupported``: device, dtype, head_dim -> reason or
+None), its entry points, whether Dynamo may trace it, and whether its backward is
+repeatable under ``torch.use_deterministic_algorithms(True)``. A ``KernelSet`` is one
+kernel per role: full layers, sliding layers, and FlexAttention for masks the others
+cannot express. Routing reads only this table; adding a kernel is one entry here plus
+its module.
+
+``active()`` is the production set (``cute.kernel_set()``: ffpa-attn, flash-attn-4,
+FlexAttention, all imported lazily). ``use(reference.kernel_set())`` swaps in the fp32
+reference, which refuses what the real kernels refuse: the one documented seam the
+CPU tests use.
+
+Entry points, all causal bottom-right aligned (query r sees keys <= r + Nkv - Nq), with
+``window`` counting the query itself (Transformers' ``sliding_window``; None: no window):
+- ``dense(q, k, v, scale, window, deterministic)``: ``[B, S, H, D]`` -> ``[B, S, H, D]``
+- ``varlen(q, k, v, cu_seqlens, max_seqlen, scale, window, deterministic)``: ``[T, H, D]``
+- ``block(query, key, value, block_mask, scale)``: ``[B, H, S, D]`` and a FlexAttention
+  BlockMask (built by routing) -> ``[B, S, H, D]``
+
+Nothing here imports torch until a kernel is asked a question.
 """
 from __future__ import annotations
 
 import functools
 from contextlib import contextmanager
-from typing import Iterator, Protocol
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator
+
+#: What a kernel's backward does under torch.use_deterministic_algorithms(True).
+ALWAYS = "always"  # repeatable as it is (checked bit for bit on the GPU: tests/gpu)
+FLAG = "flag"  # repeatable when called with deterministic=True
+NEVER = "not verified"  # not known to be repeatable: such calls fall back
+
+#: kernel name -> the distribution that provides it (``status`` reads this without torch).
+PACKAGES = {"ffpa": "ffpa-attn", "fa4": "flash-attn-4", "flex": "torch"}
+#: kernel name -> (layers it serves, the head_dim ``status --check`` asks it about).
+SERVES = {"ffpa": ("full", 512), "fa4": ("sliding", 256), "flex": ("sliding", 256)}
 
 
-class Kernels(Protocol):
+@dataclass(frozen=True)
+class Kernel:
     name: str
+    unsupported: Callable[..., "str | None"]
+    dense: Callable | None = None
+    varlen: Callable | None = None
+    block: Callable | None = None
+    traceable: bool = False  # Dynamo may trace ``dense`` (else it runs inside the custom op)
+    repeatable: str = NEVER
 
-    def full_unsupported(self, device, dtype, head_dim: int) -> str | None: ...
-    def full_dense(self, q, k, v, scale: float): ...
-    def full_varlen(self, q, k, v, cu_seqlens, max_seqlen: int, scale: float): ...
-    def sliding_unsupported(self, device, dtype, head_dim: int) -> str | None: ...
-    def sliding_dense(self, q, k, v, scale: float, window: int): ...
-    def sliding_varlen(self, q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int): ...
-    def flex_unsupported(self, device, dtype, head_dim: int) -> str | None: ...
-    def flex(self, query, key, value, block_mask, scale: float): ...
+    @property
+    def package(self) -> str:
+        return PACKAGES[self.name]
+
+    def refuses(self, device, dtype, head_dim: int, deterministic: bool) -> str | None:
+        """Why this kernel cannot take the call, or None."""
+        problem = self.unsupported(device, dtype, head_dim)
+        if problem is None and deterministic and self.repeatable == NEVER:
+            problem = f"deterministic algorithms requested and {self.name}'s backward is not verified repeatable"
+        return problem
+
+
+def switched_off(kernel: Kernel, why: str) -> Kernel:
+    """``kernel`` refusing every call (e.g. flash-attn-4 off, to compare with FlexAttention)."""
+    return replace(kernel, unsupported=lambda *args: why)
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    name: str
+    full: Kernel
+    sliding: Kernel
+    flex: Kernel
+
+    def for_layer(self, is_sliding: bool) -> Kernel:
+        return self.sliding if is_sliding else self.full
+
+    def by_name(self, name: str) -> Kernel:
+        return {k.name: k for k in (self.full, self.sliding, self.flex)}[name]
+
+    def problems(self, is_sliding: bool, device, dtype, head_dim: int, deterministic: bool = False) -> tuple[str | None, str | None]:
+        """(why the layer's kernel refuses, why FlexAttention refuses): what ``decide`` reads."""
+        kernel = self.for_layer(is_sliding).refuses(device, dtype, head_dim, deterministic)
+        flex = self.flex.refuses(device, dtype, head_dim, deterministic) if is_sliding else None
+        return kernel, flex
 
 
 def machine_fact(fn):
@@ -55,7 +112,7 @@ def import_problem(module: str, package: str, attr: str | None = None) -> str | 
     them, and a finished frame keeps its ``f_back`` chain alive: imported from a
     model's first forward, that chain reached the forward's frames and held the
     whole model for the rest of the process (6.1 GiB after a 4k run of the
-    31B-shaped slice, found with benchmarks/leak_probe.py). A thread's stack
+    31B-shaped slice, found with benchmarks/probes/leak_probe.py). A thread's stack
     starts at its own bootstrap, so nothing of the caller's is reachable.
     """
     import importlib
@@ -77,24 +134,57 @@ def import_problem(module: str, package: str, attr: str | None = None) -> str | 
     return failure[0] if failure else None
 
 
-_active: Kernels | None = None
+_active: KernelSet | None = None
 
 
-def active() -> Kernels:
+def active() -> KernelSet:
     global _active
     if _active is None:
-        from .cute import CuteKernels
+        from .cute import kernel_set
 
-        _active = CuteKernels()
+        _active = kernel_set()
     return _active
 
 
 @contextmanager
-def use(kernels: Kernels) -> Iterator[Kernels]:
-    """Route through ``kernels`` inside the block (tests: ``use(ReferenceKernels())``)."""
+def use(kernels: KernelSet) -> Iterator[KernelSet]:
+    """Route through ``kernels`` inside the block (tests: ``use(reference.kernel_set())``)."""
     global _active
     previous, _active = _active, kernels
     try:
         yield kernels
     finally:
         _active = previous
+
+
+# -- the kernel side of apply / revert / status (the lifecycle asks here, never reaches in) --
+def _loaded(name: str):
+    import sys
+
+    return sys.modules.get(f"{__name__}.{name}")
+
+
+def on_apply() -> None:
+    """After apply(): ffpa-attn's kernels back on disk if a revert() took them off."""
+    if _loaded("disk_cache") is not None:
+        _loaded("disk_cache").after_apply()
+
+
+def on_revert() -> None:
+    """revert(): ffpa-attn's own in-memory kernel caches back, as they were."""
+    if _loaded("disk_cache") is not None:
+        _loaded("disk_cache").restore()
+
+
+def report() -> tuple[dict, dict]:
+    """(kernel builds this process did, where each package keeps compiled kernels), read
+    from loaded modules only: nothing is imported."""
+    from . import jit_count
+
+    compiles = {}
+    flex = _loaded("flex")
+    if flex is not None and flex.compiles():
+        compiles["flex_attention"] = flex.compiles()
+    compiles.update(jit_count.counts())
+    disk = _loaded("disk_cache")
+    return compiles, (disk.report() if disk is not None else {})

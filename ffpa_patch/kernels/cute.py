@@ -1,40 +1,21 @@
-"""The production kernels: ffpa-attn (full layers), flash-attn-4 (sliding layers), FlexAttention."""
+"""The production kernel set: ffpa-attn (full layers), flash-attn-4 (sliding layers), FlexAttention."""
 from __future__ import annotations
 
-from . import fa4, ffpa, flex
+from . import ALWAYS, FLAG, NEVER, Kernel, KernelSet, switched_off
 
 
-class CuteKernels:
+def kernel_set(fa4: bool = True) -> KernelSet:
     """``fa4=False`` leaves flash-attn-4 unused, so sliding layers take FlexAttention
-    (benchmarks and gpu tests compare the two through the seam)."""
+    (benchmarks and gpu tests compare the two this way)."""
+    from . import fa4 as fa4_kernels
+    from . import ffpa, flex
 
-    name = "cutedsl"
-
-    def __init__(self, fa4: bool = True):
-        self.fa4 = fa4
-
-    def full_unsupported(self, device, dtype, head_dim):
-        return ffpa.unsupported(device, dtype, head_dim)
-
-    def full_dense(self, q, k, v, scale):
-        return ffpa.dense(q, k, v, scale)
-
-    def full_varlen(self, q, k, v, cu_seqlens, max_seqlen, scale):
-        return ffpa.varlen(q, k, v, cu_seqlens, max_seqlen, scale)
-
-    def sliding_unsupported(self, device, dtype, head_dim):
-        if not self.fa4:
-            return "flash-attn-4 switched off (CuteKernels(fa4=False))"
-        return fa4.unsupported(device, dtype, head_dim)
-
-    def sliding_dense(self, q, k, v, scale, window):
-        return fa4.dense(q, k, v, scale, window)
-
-    def sliding_varlen(self, q, k, v, cu_seqlens, max_seqlen, scale, window):
-        return fa4.varlen(q, k, v, cu_seqlens, max_seqlen, scale, window)
-
-    def flex_unsupported(self, device, dtype, head_dim):
-        return flex.unsupported(device, dtype, head_dim)
-
-    def flex(self, query, key, value, block_mask, scale):
-        return flex.attention(query, key, value, block_mask, scale)
+    sliding = Kernel("fa4", fa4_kernels.unsupported, dense=fa4_kernels.dense, varlen=fa4_kernels.varlen, repeatable=FLAG)
+    if not fa4:
+        sliding = switched_off(sliding, "flash-attn-4 switched off (kernel_set(fa4=False))")
+    return KernelSet(
+        name="cutedsl",
+        full=Kernel("ffpa", ffpa.unsupported, dense=ffpa.dense, varlen=ffpa.varlen, traceable=True, repeatable=ALWAYS),
+        sliding=sliding,
+        flex=Kernel("flex", flex.unsupported, block=flex.attention, traceable=True, repeatable=NEVER),
+    )

@@ -107,9 +107,24 @@ def after_ffpa_attn_import() -> None:
     log.info("ffpa_patch: ffpa-attn compiled kernels on disk: %s", state["ffpa-attn"])
 
 
+def after_apply() -> None:
+    """apply() after a revert(): keep ffpa-attn's kernels on disk again, if it is imported."""
+    if "ffpa_attn.cute" in sys.modules:
+        after_ffpa_attn_import()
+
+
 def restore() -> None:
     """revert(): ffpa-attn's own kernel caches back, as they were."""
     ffpa_disk = sys.modules.get("ffpa_patch.kernels.ffpa_disk")
-    if ffpa_disk is not None and ffpa_disk._swapped:
+    if ffpa_disk is not None and ffpa_disk.installed():
         ffpa_disk.restore()
         state["ffpa-attn"] = "in-process only (ffpa_patch reverted)"
+
+
+def report() -> dict:
+    """Where each package keeps compiled kernels, with this process's disk traffic."""
+    kept = dict(state)
+    ffpa_disk = sys.modules.get("ffpa_patch.kernels.ffpa_disk")
+    if ffpa_disk is not None and ffpa_disk.installed() and "ffpa-attn" in kept:
+        kept["ffpa-attn"] += "; this process: {loaded} loaded from disk, {exported} compiled and written".format(**ffpa_disk.counts())
+    return kept

@@ -32,18 +32,24 @@ def unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str 
     return import_error()
 
 
-def dense(q, k, v, scale: float, window: int):
+def _window(window: int | None) -> tuple:
+    return (window - 1, 0) if window is not None else (None, None)
+
+
+def dense(q, k, v, scale: float, window: int | None, deterministic: bool = False):
     from flash_attn.cute import flash_attn_func
 
-    out, _ = flash_attn_func(q, k, v, softmax_scale=scale, causal=True, window_size=(window - 1, 0))
+    out, _ = flash_attn_func(q, k, v, softmax_scale=scale, causal=True, window_size=_window(window),
+                             deterministic=deterministic)
     return out
 
 
-def varlen(q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int):
+def varlen(q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int | None, deterministic: bool = False):
     from flash_attn.cute import flash_attn_varlen_func
 
     out, _ = flash_attn_varlen_func(
         q, k, v, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen,
-        max_seqlen_k=max_seqlen, softmax_scale=scale, causal=True, window_size=(window - 1, 0),
+        max_seqlen_k=max_seqlen, softmax_scale=scale, causal=True, window_size=_window(window),
+        deterministic=deterministic,
     )
     return out

@@ -60,13 +60,17 @@ class FFPADense(torch.autograd.Function):
         return dq, dk, dv, None
 
 
-def dense(q, k, v, scale: float):
+def dense(q, k, v, scale: float, window: int | None = None, deterministic: bool = False):
+    """Full layers only (no window). The sm90 backward is split-D and atomic-free, so it is
+    repeatable with or without ``deterministic`` (tests/gpu checks it bit for bit)."""
+    assert window is None, "FFPA serves full-attention layers only"
     return FFPADense.apply(q, k, v, scale)
 
 
-def varlen(q, k, v, cu_seqlens, max_seqlen: int, scale: float):
+def varlen(q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int | None = None, deterministic: bool = False):
     from ffpa_attn import ffpa_attn_varlen_func
 
+    assert window is None, "FFPA serves full-attention layers only"
     return ffpa_attn_varlen_func(
         q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
         causal=True, enable_gqa=q.shape[-2] != k.shape[-2], softmax_scale=scale,

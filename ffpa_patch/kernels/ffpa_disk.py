@@ -149,6 +149,10 @@ def install(root: str) -> str:
     return f"on, in {directory}"
 
 
+def installed() -> bool:
+    return bool(_swapped)
+
+
 def restore() -> None:
     """Put ffpa-attn's own caches back, with every kernel compiled or loaded meanwhile."""
     while _swapped:

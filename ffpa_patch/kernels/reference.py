@@ -5,9 +5,11 @@ optional sliding window; outputs are cast back to the input dtype.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
-from ..routing.precision import LOW_PRECISION
+from . import ALWAYS, FLAG, NEVER, Kernel, KernelSet, switched_off
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None) -> torch.Tensor:
@@ -49,7 +51,7 @@ def varlen(q, k, v, cu_seqlens: torch.Tensor, scale: float, window: int | None =
     return torch.cat(outs, dim=0)
 
 
-HALF = LOW_PRECISION  # what FFPA and flash-attn-4 take
+HALF = (torch.float16, torch.bfloat16)  # what FFPA and flash-attn-4 take
 
 
 def _refuse(q, k, v, cu_seqlens=None, dtypes=HALF) -> None:
@@ -64,63 +66,73 @@ def _refuse(q, k, v, cu_seqlens=None, dtypes=HALF) -> None:
         raise TypeError(f"reference kernels (as FFPA / flash-attn-4): cu_seqlens must be int32, got {cu_seqlens.dtype}")
 
 
-class ReferenceKernels:
-    """Drop-in for ``CuteKernels`` on any device, refusing what they refuse.
+@dataclass(frozen=True)
+class ReferenceSet(KernelSet):
+    """A KernelSet whose kernels also record each call: (kernel, entry point, deterministic)."""
+
+    calls: list = field(default_factory=list, compare=False)
+
+
+def kernel_set(fa4: bool = True, fp32: bool = False) -> ReferenceSet:
+    """Drop-in for ``cute.kernel_set()`` on any device, refusing what its kernels refuse.
 
     Full layers take what FFPA takes on sm90 (fp16/bf16, 320 <= head_dim <= 512),
     sliding layers what flash-attn-4 takes (fp16/bf16, head_dim <= 256), FlexAttention
-    fp16/bf16/fp32; the device is the one thing not checked (CPU is the point).
+    fp16/bf16/fp32; the device is the one thing not checked (CPU is the point). Each
+    declares the same traceability and backward repeatability as the kernel it stands for.
     ``fa4=False`` plays a machine without flash-attn-4, so sliding layers take FlexAttention.
     ``fp32=True`` also takes fp32 q/k/v (and only that): whole-model tests compare an fp32
     model against fp32 eager to 1e-4, which half precision cannot (bf16 logits of the tiny
     test models are ~1% off fp32). Everything that tests which dtype routes where uses
     the default, which refuses fp32 as the GPU does.
     """
+    dtypes = (*HALF, torch.float32) if fp32 else HALF
+    calls: list = []
 
-    name = "reference"
-
-    def __init__(self, fa4: bool = True, fp32: bool = False):
-        self.fa4 = fa4
-        self.dtypes = (*HALF, torch.float32) if fp32 else HALF
-
-    def full_unsupported(self, device, dtype, head_dim):
-        if dtype not in self.dtypes:
+    def full_unsupported(device, dtype, head_dim):
+        if dtype not in dtypes:
             return f"dtype {dtype} (FFPA needs fp16/bf16)"
         if not 320 <= head_dim <= 512:
             return f"head_dim {head_dim} not in 320..512 on sm90"
         return None
 
-    def sliding_unsupported(self, device, dtype, head_dim):
-        if not self.fa4:
-            return "flash-attn-4 not installed (reference kernels, fa4=False)"
-        if dtype not in self.dtypes:
+    def sliding_unsupported(device, dtype, head_dim):
+        if dtype not in dtypes:
             return f"dtype {dtype} (flash-attn-4 needs fp16/bf16)"
         if head_dim > 256:
             return f"head_dim {head_dim} > 256"
         return None
 
-    def flex_unsupported(self, device, dtype, head_dim):
-        if dtype not in (*HALF, torch.float32):
-            return f"dtype {dtype}"
-        return None
+    def flex_unsupported(device, dtype, head_dim):
+        return None if dtype in (*HALF, torch.float32) else f"dtype {dtype}"
 
-    def flex(self, query, key, value, block_mask, scale):
+    def dense(name):
+        def run(q, k, v, scale, window=None, deterministic=False):
+            _refuse(q, k, v, dtypes=dtypes)
+            calls.append((name, "dense", deterministic))
+            return attention(q, k, v, scale, window)
+        return run
+
+    def packed(name):
+        def run(q, k, v, cu_seqlens, max_seqlen, scale, window=None, deterministic=False):
+            _refuse(q, k, v, cu_seqlens, dtypes=dtypes)
+            calls.append((name, "varlen", deterministic))
+            return varlen(q, k, v, cu_seqlens, scale, window)
+        return run
+
+    def block(query, key, value, block_mask, scale):
         if len({query.dtype, key.dtype, value.dtype}) != 1:
             raise TypeError("reference FlexAttention: q/k/v must share one dtype")
+        calls.append(("flex", "block", False))
         return flex(query, key, value, block_mask, scale)
 
-    def full_dense(self, q, k, v, scale):
-        _refuse(q, k, v, dtypes=self.dtypes)
-        return attention(q, k, v, scale)
-
-    def full_varlen(self, q, k, v, cu_seqlens, max_seqlen, scale):
-        _refuse(q, k, v, cu_seqlens, dtypes=self.dtypes)
-        return varlen(q, k, v, cu_seqlens, scale)
-
-    def sliding_dense(self, q, k, v, scale, window):
-        _refuse(q, k, v, dtypes=self.dtypes)
-        return attention(q, k, v, scale, window)
-
-    def sliding_varlen(self, q, k, v, cu_seqlens, max_seqlen, scale, window):
-        _refuse(q, k, v, cu_seqlens, dtypes=self.dtypes)
-        return varlen(q, k, v, cu_seqlens, scale, window)
+    sliding = Kernel("fa4", sliding_unsupported, dense=dense("fa4"), varlen=packed("fa4"), repeatable=FLAG)
+    if not fa4:
+        sliding = switched_off(sliding, "flash-attn-4 not installed (reference kernels, fa4=False)")
+    return ReferenceSet(
+        name="reference",
+        full=Kernel("ffpa", full_unsupported, dense=dense("ffpa"), varlen=packed("ffpa"), traceable=True, repeatable=ALWAYS),
+        sliding=sliding,
+        flex=Kernel("flex", flex_unsupported, block=block, traceable=True, repeatable=NEVER),
+        calls=calls,
+    )

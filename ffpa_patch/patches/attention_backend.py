@@ -1,20 +1,24 @@
 """Register the "ffpa" attention backend and its mask function with Transformers.
 
-Both registries are written through their class-level mapping (what
-``register`` does): an attention name missing from the mask registry would get
-``mask=None`` on every layer, silently dropping padding and the sliding window.
-The mask function is Transformers' own ``sdpa_mask``, except that
-- it never skips the mask when q_len != kv_len, so a missing mask always means
-  aligned (bottom-right) causal attention, which is what the kernels compute;
-- it skips the sliding layers' mask when it would be plain sliding-window causal
-  (no padding, packing or image blocks): the kernels take the window from the
-  module, and ``route_attention`` builds the mask for a fallback that needs it.
-  At 8k that S x S mask is 64 MiB, built and then read back every forward.
+Both registries are written through their class-level mapping (what ``register`` does): an
+attention name missing from the mask registry would get ``mask=None`` on every layer,
+silently dropping padding and the sliding window.
+
+For any model that is not Gemma4 text, the mask function is exactly Transformers' own
+``sdpa_mask``, and the attention function hands every call to the global "sdpa" entry:
+such a model gets what stock "sdpa" gives it. For Gemma4 text it is ``sdpa_mask`` except that
+- it never skips the mask when q_len != kv_len, so a skipped mask always means aligned
+  (bottom-right) causal attention, which is what the kernels compute;
+- where stock would skip the mask (SDPA's ``is_causal``), or the mask would be the config's
+  plain sliding window over unpadded rows, it returns a ``CausalMask`` carrying the window
+  Transformers asked for, instead of None or an S x S tensor (64 MiB at 8k, 16 GiB at 128k).
+  So a None that reaches a Gemma4 layer on "ffpa" always means this function did not run.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from .. import hf
 from ..registry import Patch
 from ..wrapping import Undo, set_mapping_entry
 
@@ -24,19 +28,23 @@ BACKEND = "ffpa"
 def ffpa_attention_forward(module, query, key, value, attention_mask, **kwargs):
     from ..routing.attention import route_attention
 
-    return route_attention(module, query, key, value, attention_mask, backend="ffpa", **kwargs)
+    return route_attention(module, query, key, value, attention_mask, backend=BACKEND, **kwargs)
 
 
 def ffpa_mask(*args, **kwargs):
-    # the submodule, not ``from transformers import ...``: Dynamo breaks the graph on lazy-module imports
-    from transformers.masking_utils import sdpa_mask
+    from ..routing.masks import CausalMask
 
-    if not args:
-        if kwargs.get("q_length") != kwargs.get("kv_length"):
-            kwargs["allow_is_causal_skip"] = False
-        elif plain_sliding_window(kwargs):
-            return None
-    return sdpa_mask(*args, **kwargs)
+    stock = hf.sdpa_mask()
+    if args or not hf.is_text_config(kwargs.get("config")):
+        return stock(*args, **kwargs)
+    if kwargs.get("q_length") != kwargs.get("kv_length"):
+        kwargs["allow_is_causal_skip"] = False
+    elif plain_sliding_window(kwargs):
+        return CausalMask(window=kwargs["local_size"])
+    mask = stock(**kwargs)
+    if mask is None and kwargs.get("allow_is_causal_skip", True) and not kwargs.get("allow_is_bidirectional_skip", False):
+        return CausalMask(window=kwargs.get("local_size"))  # stock's "use is_causal" (a window, if any, has no effect)
+    return mask
 
 
 def plain_sliding_window(kw: dict) -> bool:
@@ -70,11 +78,9 @@ class FFPABackend(Patch):
     summary = 'attn_implementation="ffpa": FFPA full layers, flash-attn-4 sliding layers, exact fallbacks'
 
     def is_needed(self, module: Any) -> tuple[bool, str]:
-        from transformers import masking_utils
-
-        for registry in (module.AttentionInterface, masking_utils.AttentionMaskInterface):
-            if BACKEND in registry._global_mapping:
-                raise RuntimeError(f"{registry.__name__} already has a {BACKEND!r} entry that is not ours")
+        for interface in (hf.attention_interface(), hf.mask_interface()):
+            if BACKEND in interface._global_mapping:
+                raise RuntimeError(f"{interface.__name__} already has a {BACKEND!r} entry that is not ours")
         return True, 'registers attn_implementation="ffpa"'
 
     def warnings(self) -> list[str]:
@@ -83,7 +89,5 @@ class FFPABackend(Patch):
         return kernels_cannot_run_here() if self.applied else []
 
     def install(self, module: Any, record: Callable[[Undo], None]) -> None:
-        from transformers import masking_utils
-
-        record(set_mapping_entry(module.AttentionInterface._global_mapping, BACKEND, ffpa_attention_forward))
-        record(set_mapping_entry(masking_utils.AttentionMaskInterface._global_mapping, BACKEND, ffpa_mask))
+        record(set_mapping_entry(hf.attention_registry(), BACKEND, ffpa_attention_forward))
+        record(set_mapping_entry(hf.mask_registry(), BACKEND, ffpa_mask))

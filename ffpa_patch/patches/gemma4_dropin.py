@@ -12,19 +12,18 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .. import hf
 from ..registry import Patch, TargetNotFound
 from ..wrapping import Undo, set_attribute
 
 
-def make_dropin_sdpa(text_attention_cls: type) -> Callable:
-    from transformers.modeling_utils import AttentionInterface
-
+def make_dropin_sdpa() -> Callable:
     from ..routing.attention import route_attention
 
     def dropin_sdpa(module, query, key, value, attention_mask, **kwargs):
-        if isinstance(module, text_attention_cls):
+        if hf.is_text_attention(module):
             return route_attention(module, query, key, value, attention_mask, backend="sdpa", **kwargs)
-        return AttentionInterface._global_mapping["sdpa"](module, query, key, value, attention_mask, **kwargs)
+        return hf.global_sdpa()(module, query, key, value, attention_mask, **kwargs)
 
     dropin_sdpa._ffpa_patch = True
     return dropin_sdpa
@@ -50,5 +49,5 @@ class Gemma4DropIn(Patch):
         current = module.ALL_ATTENTION_FUNCTIONS
         scoped = type(current)()
         scoped._local_mapping.update(getattr(current, "_local_mapping", {}))
-        scoped["sdpa"] = make_dropin_sdpa(module.Gemma4TextAttention)
+        scoped["sdpa"] = make_dropin_sdpa()
         record(set_attribute(module, "ALL_ATTENTION_FUNCTIONS", scoped))

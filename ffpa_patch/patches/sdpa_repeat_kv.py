@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
+from .. import hf
 from ..registry import Patch
 from ..wrapping import Undo, set_mapping_entry, traceable, wrap_attribute
 
@@ -80,20 +81,17 @@ class SdpaRepeatKV(Patch):
     summary = "repeat K/V instead of enable_gqa for head_dim > 256 (Transformers 5.5-5.12 MATH-kernel fix)"
 
     def is_needed(self, module: Any) -> tuple[bool, str]:
-        from transformers.integrations import sdpa_attention
-
-        if _bug_present(sdpa_attention):
+        if _bug_present(hf.sdpa_attention_module()):
             return True, "installed use_gqa_in_sdpa enables GQA at head_dim 512 (SDPA would run MATH)"
         return False, "installed use_gqa_in_sdpa already refuses GQA above head_dim 256"
 
     def install(self, module: Any, record: Callable[[Undo], None]) -> None:
-        from transformers.integrations import sdpa_attention
-
+        sdpa_attention = hf.sdpa_attention_module()
         original = sdpa_attention.sdpa_attention_forward
         fixed = make_fixed_sdpa(sdpa_attention.repeat_kv)
         fw, switch, undo = wrap_attribute(sdpa_attention, "sdpa_attention_forward", fixed, self.name)
         record(undo)
-        mapping = module.AttentionInterface._global_mapping
+        mapping = hf.attention_registry()
         if mapping.get("sdpa") is not original:
             raise RuntimeError("the 'sdpa' attention registry entry is not Transformers' own; refusing to guess")
         # the registry entry is what models call, inside compiled graphs too: a plain function

@@ -1,26 +1,77 @@
-"""Read the structure out of the 4-D mask Transformers hands the attention call.
+"""What Transformers hands the attention call as its mask, turned into what a kernel needs.
 
-A bool (or additive float) ``[B|1, 1|H, S, S]`` mask is accepted for a fused
-kernel only if, on every real query row, it is exactly "causal, same segment,
-key not padding" (plus the sliding window): then the call is ``dense`` (no
-padding, one sequence per row) or ``varlen`` (padding and/or packed sequences,
-described by cu_seqlens and per-position segment ids). Anything else
-(bidirectional image blocks, custom masks) is ``other``: FlexAttention can
-take it as a bool mask, otherwise SDPA gets the mask as given; so does a float mask
-with any value besides 0 and the dtype's min (or -inf), i.e. a soft bias, and a batch
-with no real token at all. A token is real
-when it sees itself; a segment starts at a real token that cannot see the one
-before it. The result is cached per mask buffer: all layers of one kind share
-one mask per forward, except for inference tensors, which keep no version counter.
+Four kinds arrive (``kind_of``):
+- ``CausalMask``: the "ffpa" mask function's stand-in for a mask that is exactly causal
+  (+ a window) over one unpadded sequence per row (patches/attention_backend.py);
+- a 4-D bool or float tensor: ``analyse`` reads its structure, exactly or not at all;
+- None: on the drop-in path, stock ``sdpa_mask``'s "use is_causal"; on "ffpa", a mask the
+  "ffpa" mask function did not make (decide refuses to guess);
+- anything else (a mask that requires grad, an integer mask, a BlockMask): handed to the
+  fallback as given, so stock's own code computes it (or raises its own error).
+
+``analyse`` accepts a tensor for a fused kernel only if, on every real query row, it is
+exactly "causal, same segment, key not padding" (plus the sliding window): then the call
+is ``dense`` (no padding, one sequence per row) or ``varlen`` (padding and/or packed
+sequences, described by cu_seqlens and per-position segment ids). Anything else
+(bidirectional image blocks, custom masks) is ``other``: FlexAttention can take it as a
+bool mask, otherwise SDPA gets the mask as given; so does a float mask with any value
+besides 0 and the dtype's min (or -inf), i.e. a soft bias, and a batch with no real token
+at all. A token is real when it sees itself; a segment starts at a real token that cannot
+see the one before it.
+
+The analysis is shared by the layers of one forward, and by the recomputes of its backward
+(gradient checkpointing must see the mask as the forward did); a new forward, seen when a
+layer index does not increase, reads the mask again. A mask buffer rewritten between two
+forwards (through numpy or ``.data``, which torch's version counter does not see) is
+therefore never taken for the last batch's.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import dataclass, field
 
 import torch
 
+from .decide import NONE, OPAQUE, PLAIN, TENSOR
+
 _ROW_CHUNK = 1024
+
+
+@dataclass(frozen=True)
+class CausalMask:
+    """A mask that is exactly causal (+ ``window``: a query sees itself and window-1 keys
+    before it) over one unpadded sequence per row, not built. Bottom-right aligned, as the
+    kernels compute (the same as top-left when q_len == kv_len). ``window`` is the one
+    Transformers asked for in this forward (the config's, read at forward time)."""
+
+    window: int | None = None
+
+    def __getitem__(self, index):
+        """Transformers 5.23+ keeps the last queries of KV-shared layers (``mask[:, :, -n:, :]``):
+        the tail of a bottom-right causal mask is bottom-right causal. Any other indexing is not
+        a mask we stand for, so it is refused rather than guessed."""
+        if isinstance(index, tuple) and len(index) == 4 and isinstance(index[2], slice) and index[2].stop is None \
+                and index[2].step in (None, 1) and all(i == slice(None) for i in (index[0], index[1], index[3])):
+            return self
+        raise TypeError(f"ffpa_patch.CausalMask cannot be indexed with {index!r}")
+
+
+def kind_of(mask) -> tuple[str, str | None]:
+    """(kind, why a tensor must go to the fallback as given, or None)."""
+    if mask is None:
+        return NONE, None
+    if isinstance(mask, CausalMask):
+        return PLAIN, None
+    if not isinstance(mask, torch.Tensor):
+        return OPAQUE, f"mask is a {type(mask).__name__}, handed over as given"
+    if mask.dim() != 4:
+        return OPAQUE, f"{mask.dim()}-D mask, handed over as given"
+    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
+        return OPAQUE, f"{str(mask.dtype).removeprefix('torch.')} mask, handed over as given"
+    if mask.requires_grad:
+        return OPAQUE, "mask requires grad (a learnable bias), handed over as given"
+    return TENSOR, None
 
 
 @dataclass
@@ -34,45 +85,62 @@ class Layout:
     block_masks: dict = field(default_factory=dict)  # FlexAttention BlockMasks built from this layout
 
 
-_cache: list[tuple[weakref.ref, tuple, int | None, int, Layout]] = []
+# -- one analysis per mask per forward --------------------------------------------------------
+_pass = threading.local()  # per forward thread: the last layer index and the forward count
+_lock = threading.Lock()
+_cache: list[tuple[weakref.ref, tuple, tuple, Layout]] = []  # (owner, fingerprint, pass, layout), newest first
 
 
-def _version(t: torch.Tensor) -> int | None:
-    try:
-        return t._version
-    except RuntimeError:  # inference-mode tensors keep no version counter
+def pass_token(layer_idx: int) -> tuple | None:
+    """Which forward a call belongs to (a new one begins whenever a layer index does not
+    increase), or None inside a backward: a checkpoint's recompute must see the mask as its
+    forward did (selective checkpointing even requires the same ops), so it reuses that analysis."""
+    if torch._C._current_graph_task_id() != -1:
         return None
+    last, generation = getattr(_pass, "last", None), getattr(_pass, "generation", 0)
+    if last is None or layer_idx <= last:
+        generation += 1
+    _pass.last, _pass.generation = layer_idx, generation
+    return (threading.get_ident(), generation)
 
 
 def _identity(mask: torch.Tensor) -> tuple[weakref.ref, tuple]:
-    """What makes two mask tensors the same mask: their storage (alive, the same object),
-    offset, shape, strides and version. Not the tensor object: a compiled graph hands each
-    layer's op a fresh view of the one mask buffer."""
+    """What makes two mask tensors the same mask within a pass: their storage (alive, the same
+    object), offset, shape, strides and version. Not the tensor object: a compiled graph hands
+    each layer's op a fresh view of the one mask buffer."""
+    try:
+        version = mask._version
+    except RuntimeError:  # inference-mode tensors keep no version counter
+        version = None
     try:
         storage = weakref.ref(mask.untyped_storage())
         if storage() is not None:  # torch keeps a storage's Python object while the storage lives
-            return storage, (mask.storage_offset(), tuple(mask.shape), mask.stride(), _version(mask))
+            return storage, (mask.storage_offset(), tuple(mask.shape), mask.stride(), version)
     except (RuntimeError, NotImplementedError, TypeError):  # tensors without a plain storage
         pass
-    return weakref.ref(mask), (_version(mask),)
+    return weakref.ref(mask), (version,)
 
 
-def analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
-    if _version(mask) is None:  # an inference tensor: an in-place edit would go unseen, so no cache
-        return _analyse(mask, batch, window)
+def analyse(mask: torch.Tensor, batch: int, window: int | None, layer_idx: int) -> Layout:
+    """``read``, shared by the layers of one forward (and the recomputes of its backward)."""
     owner, fingerprint = _identity(mask)
-    for ref, seen, win, b, layout in _cache:
-        if ref() is not None and ref() is owner() and seen == fingerprint and win == window and b == batch:
-            return layout
-    layout = _analyse(mask, batch, window)
-    _cache.insert(0, (owner, fingerprint, window, batch, layout))
-    del _cache[4:]
+    fingerprint = (fingerprint, window, batch)
+    token = pass_token(layer_idx)
+    with _lock:
+        for ref, seen, when, layout in _cache:
+            if ref() is not None and ref() is owner() and seen == fingerprint and token in (when, None):
+                return layout
+    layout = read(mask, batch, window)
+    with _lock:
+        _cache.insert(0, (owner, fingerprint, token, layout))
+        del _cache[8:]  # a forward has one mask per layer kind; older forwards' entries are dead anyway
     return layout
 
 
-def _analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
-    other = Layout("other", allowed=mask if is_bool_4d(mask) else None)
-    if mask.dim() != 4 or mask.shape[-1] != mask.shape[-2]:
+def read(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
+    """The structure of one mask (uncached)."""
+    other = Layout("other", allowed=mask if mask.dtype == torch.bool else None)
+    if mask.shape[-1] != mask.shape[-2]:
         return other
     if mask.dtype == torch.bool:
         allowed = mask
@@ -116,19 +184,27 @@ def _analyse(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     return Layout("varlen", indices, cu_seqlens, int(lengths.max()), segments)
 
 
-def is_bool_4d(mask: torch.Tensor) -> bool:
-    return mask.dtype == torch.bool and mask.dim() == 4
-
-
+# -- masks spelled out for fallbacks ------------------------------------------------------------
 def causal(q_len: int, kv_len: int, device, window: int | None = None) -> torch.Tensor:
-    """Bottom-right aligned causal "may attend" mask ``[1, 1, q_len, kv_len]`` (what a missing
-    mask means); a window W lets a query see itself and W-1 keys before it."""
+    """Bottom-right aligned causal "may attend" mask ``[1, 1, q_len, kv_len]``; a window W lets
+    a query see itself and W-1 keys before it."""
     i = torch.arange(q_len, device=device)[:, None] + (kv_len - q_len)
     j = torch.arange(kv_len, device=device)[None, :]
     allowed = j <= i
     if window is not None:
         allowed &= i - j < window
     return allowed[None, None]
+
+
+def for_fallback(mask, q_len: int, kv_len: int, device):
+    """The mask a fallback hands stock code: a ``CausalMask`` as None where SDPA's own
+    ``is_causal`` means exactly the same (what stock's mask function returns there), else
+    spelled out; any other mask as given."""
+    if not isinstance(mask, CausalMask):
+        return mask
+    if (mask.window is None or mask.window >= kv_len) and q_len in (kv_len, 1):
+        return None
+    return causal(q_len, kv_len, device, mask.window)
 
 
 def to_additive(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:

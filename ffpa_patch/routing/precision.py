@@ -23,9 +23,9 @@ class Precision:
     cast: bool  # q/k/v must be cast to ``dtype`` before a fused kernel
     problem: str | None  # why no fused kernel can take q/k/v as they are, or None
 
-    def note(self, reason: str) -> str:
-        """``reason`` with the cast spelled out, so stats() show it."""
-        return f"{reason}; autocast: q/k/v cast to {_name(self.dtype)}" if self.cast else reason
+    def note(self) -> str | None:
+        """The cast spelled out, for the route's reason in stats()."""
+        return f"autocast: q/k/v cast to {_name(self.dtype)}" if self.cast else None
 
 
 def _name(dtype: torch.dtype) -> str:

@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import ffpa_patch  # noqa: E402
 import tiny  # noqa: E402
 from ffpa_patch.kernels import use  # noqa: E402
-from ffpa_patch.kernels.cute import CuteKernels  # noqa: E402
+from ffpa_patch.kernels import cute  # noqa: E402
 from liger_worker import errors, step  # noqa: E402  (the same step and yardstick as the Liger test)
 
 
@@ -36,7 +36,7 @@ def main():
                 ffpa_patch.revert()
             model = tiny.causal_lm("dense31b", attn=attn, tempered=tempered, **cfg).to("cuda", torch.bfloat16)
             model.load_state_dict(ref.state_dict())
-            with use(CuteKernels(fa4=kernels is not False)):
+            with use(cute.kernel_set(fa4=kernels is not False)):
                 loss, _, got = step(model, ids)
             rows[name] = {"loss": round(loss, 4), "q_proj_rel_err": errors(got, want),
                           "q_proj_norm": [round(float(g.norm()), 3) for g in got]}

@@ -64,11 +64,11 @@ def _batch(kind, s=512):
 def test_tiny_gemma4_on_real_kernels_matches_fp32(kind, dtype, sliding):
     """Error vs the fp32 model is at the level of stock low-precision SDPA (FACTS: same as SDPA bf16)."""
     from ffpa_patch.kernels import use
-    from ffpa_patch.kernels.cute import CuteKernels
+    from ffpa_patch.kernels import cute
 
     fp32, low = _model_pair("dense31b", dtype)
     ids, kw, valid = _batch(kind)
-    with torch.no_grad(), use(CuteKernels(fa4=sliding == "fa4")):
+    with torch.no_grad(), use(cute.kernel_set(fa4=sliding == "fa4")):
         ref = fp32(ids, **kw).logits
         ffpa_patch.revert()
         low.set_attn_implementation("sdpa")

@@ -1,0 +1,80 @@
+"""Run a decided route: read the mask where the route needs it, then the fused kernel (dense,
+varlen, or FlexAttention with a BlockMask) or the one fallback: the current global "sdpa"
+entry (or eager attention, for a softcap) with the mask as stock would have it.
+
+No policy and no compile checks here: the eager path and the compiled op both call these.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import hf
+from ..kernels import KernelSet, flex
+from . import masks
+from .decide import EAGER, FLEX, TENSOR, Route, refine
+
+
+def finish(route: Route, mask, mask_kind: str, batch: int, window: int | None, layer_idx: int,
+           flex_ok: bool) -> tuple[Route, masks.Layout | None]:
+    """A fused route with a 4-D mask, refined once the mask's structure is read."""
+    if not route.fused or mask_kind != TENSOR:
+        return route, None
+    layout = masks.analyse(mask, batch, window, layer_idx)
+    return refine(route, layout.kind, flex_ok and layout.allowed is not None), layout
+
+
+def run(kernels: KernelSet, route: Route, layout: masks.Layout | None, query, key, value, scale: float,
+        window: int | None, deterministic: bool) -> torch.Tensor:
+    """``[B, H, S, D]`` q/k/v (as Transformers hands them) -> ``[B, S, H, D]``."""
+    kernel = kernels.by_name(route.kernel)
+    if route.kernel == FLEX:
+        block_mask = flex.block_mask(layout, query.shape[0], query.shape[2], key.shape[2], window, query.device)
+        return kernel.block(query, key, value, block_mask, scale)
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, S, H, D] views
+    if layout is None or layout.kind == "dense":
+        return kernel.dense(q, k, v, scale, window, deterministic)
+    batch, seq = q.shape[:2]
+    packed = [t.reshape(batch * seq, *t.shape[2:]).index_select(0, layout.indices) for t in (q, k, v)]
+    out = kernel.varlen(*packed, layout.cu_seqlens, layout.max_seqlen, scale, window, deterministic)
+    # rows that are padding stay zero, as in Transformers' own flash-attention path (README, Guarantees)
+    full = out.new_zeros(batch * seq, *out.shape[1:]).index_copy(0, layout.indices, out)
+    return full.view(batch, seq, *out.shape[1:])
+
+
+def fallback(route: Route, module, query, key, value, mask, kwargs: dict):
+    """Stock's computation: the global "sdpa" entry (or eager, for a softcap) with the mask as
+    stock would have built it, and the call's own keyword arguments."""
+    q_len, kv_len = query.shape[2], key.shape[2]
+    mask = masks.for_fallback(mask, q_len, kv_len, query.device)
+    if route.kernel == EAGER:
+        if mask is None and getattr(module, "is_causal", True) and q_len > 1:
+            mask = masks.causal(q_len, kv_len, query.device)  # eager applies only the mask it is given
+        return hf.eager_attention()(module, query, key, value, masks.to_additive(mask, query.dtype), **kwargs)
+    return hf.global_sdpa()(module, query, key, value, mask, **kwargs)
+
+
+SECOND_ORDER = (
+    "ffpa_patch: second-order gradients (create_graph=True, e.g. a gradient penalty) through a fused "
+    "attention kernel (FFPA, flash-attn-4, FlexAttention) are not supported: their backward is not "
+    "differentiable, so the result would silently lack attention's share. Run these steps on stock "
+    "attention: keep the model on \"sdpa\" inside torch.nn.attention.sdpa_kernel(SDPBackend.MATH) "
+    "(ffpa_patch then stays out of the way), or use attn_implementation=\"eager\"."
+)
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    """Identity whose backward refuses to build a graph (create_graph=True runs backward with grad on)."""
+
+    @staticmethod
+    def forward(ctx, out):
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if torch.is_grad_enabled():
+            raise RuntimeError(SECOND_ORDER)
+        return grad
+
+
+def first_order_only(out: torch.Tensor) -> torch.Tensor:
+    return _FirstOrderOnly.apply(out) if out.requires_grad else out

@@ -1,0 +1,95 @@
+"""What happens around a decided route: counting it, saying it once per model, strict mode,
+and the user's global choices (deterministic algorithms, ``sdpa_kernel``). One place, obeyed
+by the eager path, the traced path (at trace time, once per trace) and the custom op (at run
+time). Imports nothing heavy: ``apply()`` sets strict here without importing torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..kernels import ALWAYS, FLAG
+from . import announce, stats
+from .decide import Route, strict_violation
+
+TRACED = "torch.compile (traced): "
+IN_OP = "torch.compile op: "
+
+
+class FFPAFallbackError(RuntimeError):
+    """Strict mode: a head_dim > 256 full layer did not run FFPA."""
+
+
+@dataclass
+class Policy:
+    strict: bool = False  # apply(strict=True) / FFPA_PATCH_STRICT=1
+
+
+current = Policy()
+
+
+def set_strict(on: bool) -> None:
+    current.strict = on
+
+
+def _enforce(layer: str, head_dim: int, route: Route) -> None:
+    if current.strict and strict_violation(layer != "full", head_dim, route):
+        raise FFPAFallbackError(
+            f"ffpa_patch strict mode: a head_dim={head_dim} full-attention layer fell back to {route.kernel}: {route.reason}")
+
+
+def account(layer: str, head_dim: int, route: Route, module=None, backend: str | None = None) -> None:
+    """An eager call (``module`` given: the model's first-forward line too) or the op at run time."""
+    stats.record(layer, route.kernel, route.reason)
+    if module is not None:
+        announce.note(module, backend, layer, route.kernel, route.reason)
+    _enforce(layer, head_dim, route)
+
+
+def account_traced(layer: str, head_dim: int, route: Route) -> None:
+    """While Dynamo traces: the route is fixed here, so it is counted once per trace and strict
+    raises now (a raise in traced code reaches the caller as itself)."""
+    record_at_trace_time(layer, route.kernel, TRACED + route.reason)
+    _enforce(layer, head_dim, route)
+
+
+def _dynamo_constant(fn):
+    """``torch.compiler.assume_constant_result`` without importing torch (that decorator only sets
+    this attribute; tests/test_policy.py checks that it still does): Dynamo then calls ``fn`` once
+    while tracing and folds its result in, and eager code calls it as it is."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+@_dynamo_constant
+def record_at_trace_time(layer: str, kernel: str, reason: str) -> int:
+    stats.record(layer, kernel, reason)
+    return 0
+
+
+def deterministic() -> bool:
+    """``torch.use_deterministic_algorithms(True)`` is in force (Dynamo guards on it)."""
+    import torch
+
+    return torch.are_deterministic_algorithms_enabled()
+
+
+def determinism_note(repeatable: str, on: bool) -> str | None:
+    if not on:
+        return None
+    return {FLAG: "deterministic=True", ALWAYS: "deterministic (its backward is repeatable as it is)"}.get(repeatable)
+
+
+@_dynamo_constant
+def sdpa_pinned() -> str | None:
+    """The SDPA backends ``torch.nn.attention.sdpa_kernel(...)`` (or ``torch.backends.cuda.enable_*_sdp``)
+    leaves on, when it turned any off; None at torch's default (all on). Dynamo cannot trace
+    these reads: inside a compiled graph the choice is read once, when the graph is traced (as
+    Inductor's own SDPA lowering does)."""
+    import torch
+
+    b = torch.backends.cuda
+    enabled = {"flash": b.flash_sdp_enabled(), "mem_efficient": b.mem_efficient_sdp_enabled(),
+               "math": b.math_sdp_enabled(), "cudnn": b.cudnn_sdp_enabled()}
+    if all(enabled.values()):
+        return None
+    return "/".join(n for n, on in enabled.items() if on) or "no backend"
