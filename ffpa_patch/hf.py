@@ -7,8 +7,7 @@ change in a new Transformers is one edit here; ``check()`` asks each of them, an
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 GEMMA4 = "transformers.models.gemma4.modeling_gemma4"
 TEXT_ATTENTION = "Gemma4TextAttention"
@@ -80,25 +79,22 @@ def is_text_config(config: Any) -> bool:
     return getattr(config, "model_type", None) == TEXT_CONFIG_TYPE
 
 
-@dataclass(frozen=True)
-class Layer:
-    """What routing reads off a Gemma4 text attention layer."""
+class Layer(NamedTuple):
+    """What routing reads off a Gemma4 text attention layer (a tuple: this runs on every call)."""
 
     layer_idx: int
     is_sliding: bool
     is_causal: bool
-    window: int | None  # the config's sliding window now: what Transformers builds this forward's mask with
 
 
 def layer(module: Any) -> Layer:
-    is_sliding = bool(module.is_sliding)
-    return Layer(
-        layer_idx=int(module.layer_idx),
-        is_sliding=is_sliding,
-        is_causal=bool(getattr(module, "is_causal", True)),
-        # Transformers reads config.sliding_window at each forward; module.sliding_window is the build-time copy
-        window=getattr(module.config, "sliding_window", None) if is_sliding else None,
-    )
+    return Layer(module.layer_idx, bool(module.is_sliding), bool(getattr(module, "is_causal", True)))
+
+
+def configured_window(module: Any) -> int | None:
+    """The sliding window Transformers builds this forward's mask with: the config's, read at
+    forward time (``module.sliding_window`` is the copy made when the model was built)."""
+    return getattr(module.config, "sliding_window", None) if module.is_sliding else None
 
 
 class StandIn:

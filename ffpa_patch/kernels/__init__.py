@@ -78,7 +78,11 @@ class KernelSet:
         return self.sliding if is_sliding else self.full
 
     def by_name(self, name: str) -> Kernel:
-        return {k.name: k for k in (self.full, self.sliding, self.flex)}[name]
+        return self._by_name[name]
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, Kernel]:
+        return {k.name: k for k in (self.full, self.sliding, self.flex)}
 
     def problems(self, is_sliding: bool, device, dtype, head_dim: int, deterministic: bool = False) -> tuple[str | None, str | None]:
         """(why the layer's kernel refuses, why FlexAttention refuses): what ``decide`` reads."""

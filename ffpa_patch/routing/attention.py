@@ -13,7 +13,8 @@ import torch
 
 from .. import hf, kernels
 from . import compiled, execute, masks, policy, precision
-from .decide import DIRECT, EAGER_REGION, FLEX, REFUSE, SDPA, TENSOR, CallFacts, Route, decide, in_graph
+from .decide import (BACKEND_SDPA, DIRECT, EAGER_REGION, FLEX, PLAIN, REFUSE, SDPA, TENSOR, CallFacts, Route, decide,
+                     in_graph)
 
 _CP_MODULE = "torch.distributed.tensor.experimental._context_parallel._attention"
 
@@ -29,8 +30,9 @@ def context_parallel_active(query: torch.Tensor) -> bool:
 def route_attention(module, query, key, value, attention_mask, *, backend: str, **kwargs):
     """Transformers' attention signature: q/k/v ``[B, H, S, D]``; returns ``([B, S, H, D], weights)``.
     ``kwargs`` (dropout, scaling, sliding_window, softcap, ...) reach a fallback exactly as given."""
+    compiling = torch.compiler.is_compiling()
     if not hf.is_text_attention(module):
-        _account(module, backend, "other", query.shape[-1],
+        _account(compiling, module, backend, "other", query.shape[-1],
                  Route(SDPA, f"{type(module).__name__} is not Gemma4 text attention: stock sdpa, stock mask"))
         return execute.fallback(Route(SDPA, ""), module, query, key, value, attention_mask, kwargs)
     layer = hf.layer(module)
@@ -38,39 +40,42 @@ def route_attention(module, query, key, value, attention_mask, *, backend: str, 
     call = precision.of_call(query, key, value)  # autocast: the dtype SDPA would have run in
     deterministic = policy.deterministic()
     mask_kind, mask_note = masks.kind_of(attention_mask)
+    head_dim = query.shape[-1]
     if call.problem:  # q/k/v dtypes that no kernel takes
         kernel_problem, flex_problem = call.problem, call.problem if layer.is_sliding else None
     else:
-        kernel_problem, flex_problem = active.problems(layer.is_sliding, query.device, call.dtype, query.shape[-1], deterministic)
+        kernel_problem, flex_problem = active.problems(layer.is_sliding, query.device, call.dtype, head_dim, deterministic)
     facts = CallFacts(
-        backend=backend, is_sliding=layer.is_sliding, is_causal=layer.is_causal, head_dim=query.shape[-1],
+        backend=backend, is_sliding=layer.is_sliding, is_causal=layer.is_causal, head_dim=head_dim,
         q_len=query.shape[2], kv_len=key.shape[2], mask=mask_kind, mask_note=mask_note,
         dropout=kwargs.get("dropout", 0.0), scaling=kwargs.get("scaling"), softcap=kwargs.get("softcap"),
-        kernel_problem=kernel_problem, flex_problem=flex_problem,
-        context_parallel=context_parallel_active(query), sdpa_pinned=policy.sdpa_pinned(),
+        kernel_problem=kernel_problem, flex_problem=flex_problem, context_parallel=context_parallel_active(query),
+        sdpa_pinned=policy.sdpa_pinned() if backend == BACKEND_SDPA else None,
     )
     route = decide(facts)
     if route.kernel == REFUSE:
         raise RuntimeError(route.reason)
-    window = attention_mask.window if isinstance(attention_mask, masks.CausalMask) and layer.is_sliding else layer.window
     kind = "sliding" if layer.is_sliding else "full"
-    if route.fused and torch.compiler.is_compiling():
+    if not route.fused:
+        _account(compiling, module, backend, kind, head_dim, route)
+        return execute.fallback(route, module, query, key, value, attention_mask, kwargs)
+    window = attention_mask.window if mask_kind == PLAIN else hf.configured_window(module)
+    if compiling:
         return _in_graph(active, facts, route, layer, module, query, key, value, attention_mask, window, call,
                          deterministic, kwargs)
     route, layout = execute.finish(route, attention_mask, mask_kind, query.shape[0], window, layer.layer_idx, facts.flex_ok)
     if route.fused:
-        kernel = active.by_name(route.kernel)
-        route = route.noted(call.note()).noted(policy.determinism_note(kernel.repeatable, deterministic))
-    _account(module, backend, kind, facts.head_dim, route)
+        route = route.noted(call.note(), policy.determinism_note(active.by_name(route.kernel).repeatable, deterministic))
+    _account(compiling, module, backend, kind, head_dim, route)
     if not route.fused:
         return execute.fallback(route, module, query, key, value, attention_mask, kwargs)
     q, k, v = precision.cast(call, query, key, value)
     out = execute.run(active, route, layout, q, k, v, kwargs["scaling"], window, deterministic)
-    return (out if torch.compiler.is_compiling() else execute.first_order_only(out)), None
+    return execute.first_order_only(out), None
 
 
-def _account(module, backend: str, kind: str, head_dim: int, route: Route) -> None:
-    if torch.compiler.is_compiling():
+def _account(compiling: bool, module, backend: str, kind: str, head_dim: int, route: Route) -> None:
+    if compiling:
         policy.account_traced(kind, head_dim, route)
     else:
         policy.account(kind, head_dim, route, module=module if kind != "other" else None, backend=backend)
@@ -90,7 +95,7 @@ def _in_graph(active, facts: CallFacts, route: Route, layer, module, query, key,
         layout = None
         if route.kernel == FLEX and facts.mask == TENSOR:  # the bool mask as given, a real buffer for Inductor
             layout = masks.Layout("other", allowed=torch.ops.ffpa_patch.materialize(mask))
-        route = route.noted(call.note()).noted(policy.determinism_note(active.by_name(route.kernel).repeatable, deterministic))
+        route = route.noted(call.note(), policy.determinism_note(active.by_name(route.kernel).repeatable, deterministic))
         policy.account_traced(kind, facts.head_dim, route)
         return execute.run(active, route, layout, q, k, v, scale, window, deterministic), None
     policy.account_traced(kind, facts.head_dim, Route(route.kernel, "custom op (the mask is read at run time)"))

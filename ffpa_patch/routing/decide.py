@@ -7,7 +7,7 @@ the same reasons appear in ``stats()``, ``status()`` and strict-mode errors.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 FFPA, FA4, FLEX, SDPA, EAGER, REFUSE = "ffpa", "fa4", "flex", "sdpa", "eager", "refuse"
 FUSED = (FFPA, FA4, FLEX)
@@ -41,8 +41,10 @@ class Route:
     def fused(self) -> bool:
         return self.kernel in FUSED
 
-    def noted(self, note: str | None) -> Route:
-        return replace(self, reason=f"{self.reason}; {note}") if note else self
+    def noted(self, *notes: str | None) -> Route:
+        """The route with notes (an autocast cast, deterministic mode) added to its reason."""
+        extra = "".join(f"; {n}" for n in notes if n)
+        return Route(self.kernel, self.reason + extra, self.chosen) if extra else self
 
 
 @dataclass(frozen=True)
