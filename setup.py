@@ -1,9 +1,14 @@
+import ast
 import re
 
 from setuptools import find_packages, setup
 
-# One place for the version: ffpa_patch/__init__.py (read, not imported: importing activates the patch).
+# One place for the version (ffpa_patch/__init__.py) and one for the supported ranges
+# (ffpa_patch/versions.py), read as text: importing the package activates the patch.
 VERSION = re.search(r'^__version__ = "([^"]+)"', open("ffpa_patch/__init__.py", encoding="utf-8").read(), re.M).group(1)
+_versions = ast.parse(open("ffpa_patch/versions.py", encoding="utf-8").read())
+SUPPORTED = next(ast.literal_eval(node.value) for node in _versions.body
+                 if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "SUPPORTED")
 
 setup(
     name="ffpa_patch",
@@ -11,10 +16,11 @@ setup(
     description="FFPA head_dim-512 attention for stock Hugging Face Gemma4, by patching at run time",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
+    license="Apache-2.0",  # an SPDX expression; setuptools >= 77 deprecates the license classifier beside it
+    license_files=["LICENSE"],
     packages=find_packages(include=["ffpa_patch", "ffpa_patch.*"]),
     package_data={"ffpa_patch": ["bootstrap/*.py"]},
     python_requires=">=3.10",
-    # No license has been chosen yet (README, "License"); none is declared until one is.
     keywords=["gemma4", "attention", "transformers", "ffpa", "flash-attention", "cutedsl", "hopper", "blackwell"],
     classifiers=[
         "Development Status :: 3 - Alpha",
@@ -27,11 +33,13 @@ setup(
         "Environment :: GPU :: NVIDIA CUDA",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],
-    install_requires=["torch>=2.5", "transformers>=5.5.0", "wrapt>=1.16", "packaging>=23"],
+    # Lower bounds only: outside versions.py's ranges ffpa_patch stays off and says so, rather
+    # than making pip refuse a newer Transformers.
+    install_requires=[f"torch{SUPPORTED['torch']}", "transformers>=5.5.0", "wrapt>=1.16", "packaging>=23"],
     extras_require={
-        "ffpa": ["ffpa-attn==0.2.4"],
-        "fa4": ["flash-attn-4>=4.0.0b36"],
-        "test": ["pytest>=8", "accelerate>=1.1", "peft>=0.15", "trl>=0.20", "datasets>=3"],
+        "ffpa": [f"ffpa-attn{SUPPORTED['ffpa-attn']}"],
+        "fa4": [f"flash-attn-4{SUPPORTED['flash-attn-4']}"],
+        "test": ["pytest>=8", "accelerate>=1.1", "peft>=0.15", "trl>=0.20", "datasets>=3", "build>=1"],
     },
     entry_points={"console_scripts": ["ffpa-patch = ffpa_patch.cli:main"]},
 )

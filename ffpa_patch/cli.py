@@ -1,4 +1,4 @@
-"""ffpa-patch run | status [--json] [--config PATH] | doctor | startup-path | sitecustomize-path"""
+"""ffpa-patch demo | status [--check] [--json] [--config PATH] | run CMD | doctor | startup-path | sitecustomize-path"""
 from __future__ import annotations
 
 import argparse
@@ -6,14 +6,33 @@ import json
 import os
 import sys
 
+CHECK_HINT = "`ffpa-patch status --check` imports Transformers and runs the kernel checks (5-15 s)"
 
-CHECK_HINT = "fast view, nothing imported: `ffpa-patch status --check` imports Transformers and the kernels (5-15 s)"
+#: `ffpa-patch status` exit codes, so a launch script can gate on them (README, "Turning it on").
+READY, CANNOT_RUN_HERE, OFF, UNSUPPORTED = 0, 3, 4, 5
+EXIT_CODES = {
+    READY: "active, and the fused kernels run here",
+    CANNOT_RUN_HERE: "active, but the fused kernels cannot run here (no suitable GPU, or a kernel package missing): stock SDPA",
+    OFF: "not applied: disabled, misconfigured, or a patch failed",
+    UNSUPPORTED: "not applied: installed versions outside the supported range",
+}
+
+
+def exit_code(state: str, kernels_run: bool) -> int:
+    from ffpa_patch.lifecycle import ACTIVE, UNSUPPORTED_VERSIONS
+
+    if state == UNSUPPORTED_VERSIONS:
+        return UNSUPPORTED
+    if state != ACTIVE:
+        return OFF
+    return READY if kernels_run else CANNOT_RUN_HERE
 
 
 def _status(as_json: bool, config: str | None = None, check: bool = False) -> int:
-    """Fast by default: versions and patch gates from package metadata, with no torch or
-    Transformers import (those take 5-15 s). ``check`` (and ``config``) imports Transformers'
-    Gemma4 so the patches are really applied, and asks the kernels whether they run here."""
+    """Fast by default: versions, patch gates and the GPU from package metadata and the driver's
+    files, with no torch or Transformers import (those take 5-15 s). ``check`` (and ``config``)
+    imports Transformers' Gemma4 so the patches are really applied, and asks the kernels whether
+    they run here."""
     import importlib
 
     import ffpa_patch
@@ -28,9 +47,16 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
     st = ffpa_patch.status()
     data = st.as_dict()
     data["checked"] = check
-    data["kernels"] = _kernel_report() if check else _kernel_packages(st)
     if check:
+        data["kernels"] = _kernel_report()
+        kernels_run = bool(data["kernels"]) and all(why is None for name, why in data["kernels"].items() if name.startswith("ffpa"))
+        verdict = "the fused kernels run here" if kernels_run else "the fused kernels cannot run here: see the kernel lines"
         data["transformers_internals"] = _internals()
+    else:
+        from ffpa_patch import machine
+
+        data["kernels"] = _kernel_packages(st)
+        kernels_run, verdict = machine.fused_kernels_here()
     if config:
         from ffpa_patch.plan import layer_plan, load_text_config
 
@@ -43,13 +69,17 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
             print(f"ffpa-patch status: --config {config}: not a readable model config ({type(exc).__name__}: {exc})", file=sys.stderr)
             return 2
         data["plan"] = {b: layer_plan(text_config, b) for b in ("ffpa", "sdpa")}
+    code = exit_code(st.state, kernels_run)
+    data["fused_kernels_here"] = {"run": kernels_run, "why": verdict}
+    data["exit_code"] = code
     if as_json:
         print(json.dumps(data, indent=1))
-        return 0
+        return code
     print(st)
-    print("  kernels on this machine:" if check else f"  kernel packages ({CHECK_HINT}):")
+    print("  kernels on this machine:" if check else "  kernel packages:")
     for name, why in data["kernels"].items():
-        print(f"    {name:<11} {why or 'usable'}")
+        print(f"    {name:<34} {why or 'usable'}")
+    print(f"  fused kernels here: {verdict}" + ("" if check else f" (judged by name; {CHECK_HINT})"))
     if check:
         problems = data["transformers_internals"]
         print("  Transformers internals ffpa_patch relies on: " + ("all found" if not problems else ""))
@@ -59,27 +89,29 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
         print(f'  {config} with attn_implementation="{backend}" (bf16 training prefill, no padding):')
         for r in rows:
             print(f"    {r['layers']:>3} {r['layer']:<7} layers (head_dim {r['head_dim']}) -> {r['kernel']}: {r['reason']}")
-    return 0
+    print(f"  exit code {code}: {EXIT_CODES[code]}")
+    return code
 
 
 def _label(name: str) -> str:
-    from ffpa_patch.kernels import SERVES
+    from ffpa_patch.kernels import PACKAGES, SERVES
 
     layer, head_dim = SERVES[name]
-    return f"{name} ({layer} layers, D={head_dim})"
+    return f"{name} ({PACKAGES[name]}, {layer} layers, D={head_dim})"
 
 
 def _kernel_packages(st) -> dict:
-    """What the fast view can say about each kernel: installed or not (package metadata)."""
+    """What the fast view can say about each kernel package: installed or not (package metadata)."""
     from ffpa_patch.kernels import PACKAGES
+    from ffpa_patch.versions import requirement
 
     found = {v.name: v for v in st.versions}
     rows = {}
     for name, dist in PACKAGES.items():
-        v = found.get(dist)
         if dist == "torch":
             continue
-        rows[_label(name)] = f"{dist} {v.installed} installed; not checked" if v is not None and v.installed else f"{dist} not installed"
+        v = found.get(dist)
+        rows[_label(name)] = f"{v.installed} installed" if v is not None and v.installed else f"not installed (pip install {requirement(dist)})"
     return rows
 
 
@@ -127,11 +159,17 @@ def _run(cmd: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     from ffpa_patch import __version__
 
+    codes = "; ".join(f"{c} = {what}" for c, what in EXIT_CODES.items())
     ap = argparse.ArgumentParser(prog="ffpa-patch", description="FFPA attention for stock Transformers Gemma4")
     ap.add_argument("--version", action="version", version=f"ffpa-patch {__version__}")
     sub = ap.add_subparsers(dest="cmd")
-    st = sub.add_parser("status", help="versions, patches, kernels, routing counts")
-    st.add_argument("--json", action="store_true")
+    demo = sub.add_parser("demo", help="train a small random Gemma4 a few steps, stock then patched: times, routes, loss difference")
+    demo.add_argument("--steps", type=int, default=None, help="training steps per side (default: 5 on a GPU, 3 on CPU)")
+    demo.add_argument("--seq", type=int, default=None, help="tokens per step (default: 4096 on a GPU, 256 on CPU)")
+    demo.add_argument("--layers", type=int, default=6, help="decoder layers (5 sliding : 1 full, like the released models)")
+    st = sub.add_parser("status", help="versions, patches, kernels, routing counts; exits 0 when the fused kernels will run",
+                        epilog=f"exit codes: {codes}; 1 = ffpa-patch itself failed, 2 = bad arguments")
+    st.add_argument("--json", action="store_true", help="print everything as one JSON object (exit code included)")
     st.add_argument("--check", action="store_true",
                     help="import Transformers' Gemma4 and the kernels: the patches applied, whether the kernels run here (5-15 s)")
     st.add_argument("--config", help="a local model folder or config.json: show where each layer type would go (never downloads; implies --check)")
@@ -149,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "status":
         return _status(args.json, args.config, args.check)
+    if args.cmd == "demo":
+        from ffpa_patch.demo import run as run_demo
+
+        return run_demo(steps=args.steps, seq=args.seq, layers=args.layers)
     if args.cmd == "doctor":
         from ffpa_patch.doctor import run
 

@@ -17,6 +17,7 @@ import warnings
 from typing import Iterable
 
 from . import env, kernels, loud, versions
+from .patches.explain_off import ExplainOff
 from .registry import APPLIED, NOT_APPLIED, NOT_INSTALLED, PENDING, SKIPPED, UNSUPPORTED, Patch
 from .report import Status
 from .routing import policy
@@ -32,6 +33,12 @@ class UnsupportedVersionError(RuntimeError):
 
 class FFPAPatchWarning(UserWarning):
     pass
+
+
+# What the lifecycle is in, as status().state says it (and `ffpa-patch status` exits by it).
+NOT_YET, ACTIVE, REVERTED = "not applied", "active", "reverted"
+DISABLED, MISCONFIGURED, UNSUPPORTED_VERSIONS, FAILED = "disabled", "misconfigured", "unsupported versions", "failed"
+OFF = (DISABLED, MISCONFIGURED, UNSUPPORTED_VERSIONS, FAILED)
 
 
 def _locked(method):
@@ -57,9 +64,13 @@ class Lifecycle:
         self.names = tuple(self.patches)
         self.wanted: set[str] = set()  # asked for by apply(): applied now or on their module's import
         self.message = "not applied"
+        self.state = NOT_YET
         self._logged: set[str] = set()  # automatic-path lines already said once
         self._lock = threading.RLock()
         self._hooks = {name: self._hook(name) for name in self.names}
+        # while off, attn_implementation="ffpa" gets an error naming the reason (patches/explain_off.py)
+        self._explainer = ExplainOff(lambda: self.message)
+        self._explain_hook = self._explainer_hook()
 
     # -- saying things -------------------------------------------------------------------
     def _say(self, explicit: bool, msg: str) -> None:
@@ -101,17 +112,40 @@ class Lifecycle:
         return on_import
 
     # -- apply / revert ------------------------------------------------------------------
+    def _explainer_hook(self):
+        def on_import(module) -> None:
+            with self._lock:
+                if self.state in OFF and not self._explainer.applied:
+                    try:
+                        self._explainer.apply_to(module)
+                    except Exception as exc:  # it only improves an error message: never worth failing for
+                        self._say(False, f"ffpa_patch: could not explain attn_implementation='ffpa' errors: {exc}")
+
+        return on_import
+
+    def _set(self, state: str, message: str) -> None:
+        """Every change of state goes through here: off states explain "ffpa" requests, others do not."""
+        self.state, self.message = state, message
+        if state in OFF:
+            when_imported(self._explainer.module, self._explain_hook)
+        elif self._explainer.applied:
+            self._explainer.revert()
+
     @_locked
     def apply(self, *, explicit: bool, strict: bool | None, targets, exclude, force: bool | None) -> Status:
-        settings = env.read()
+        try:
+            settings = env.read()
+            names = [] if settings.disable else self._select(targets, exclude, settings)
+        except ValueError as exc:
+            self._set(MISCONFIGURED, f"not applied: {exc}")
+            raise
         if settings.disable:
-            self.message = "disabled by FFPA_PATCH_DISABLE=1"
+            self._set(DISABLED, "disabled by FFPA_PATCH_DISABLE=1")
             return self.status()
         strict = settings.strict if strict is None else strict
         force = settings.force if force is None else force
-        names = self._select(targets, exclude, settings)
         if not names:
-            self.message = "not applied: every patch is excluded (FFPA_PATCH_EXCLUDE / exclude=)"
+            self._set(DISABLED, "not applied: every patch is excluded (FFPA_PATCH_EXCLUDE / exclude=)")
             return self.status()
         checks = versions.check_all()
         blocked = {n: versions.gate_problems([c for c in checks if c.name in self.patches[n].dependencies]) for n in names}
@@ -128,13 +162,15 @@ class Lifecycle:
             else:
                 msg = f"ffpa_patch: {', '.join(off)} off: " + "; ".join(problems) + hint
             if strict:
+                if len(off) == len(names):
+                    self._set(UNSUPPORTED_VERSIONS, msg)
                 raise UnsupportedVersionError(msg)
             self._say(explicit, msg)
             for name in off:
                 self.patches[name].state, self.patches[name].reason = UNSUPPORTED, "; ".join(blocked[name])
             names = [n for n in names if not blocked[n]]
             if not names:
-                self.message = msg
+                self._set(UNSUPPORTED_VERSIONS, msg)
                 return self.status()
         policy.set_strict(strict)
         newly_applied: list[Patch] = []
@@ -150,7 +186,7 @@ class Lifecycle:
                 for done in reversed(newly_applied):
                     done.revert()
                 msg = f"ffpa_patch: {name} failed, rolled back this apply(): {type(exc).__name__}: {exc}"
-                self.message = msg
+                self._set(FAILED, msg)
                 if explicit:
                     raise
                 self._say(False, msg)
@@ -159,9 +195,10 @@ class Lifecycle:
         self.wanted.update(names)
         for name in names:
             when_imported(self.patches[name].module, self._hooks[name])
-        self.message = "active" + (" (FORCED outside the supported versions)" if problems and force else "")
+        message = "active" + (" (FORCED outside the supported versions)" if problems and force else "")
         if off:
-            self.message += f" ({', '.join(off)} off: unsupported versions)"
+            message += f" ({', '.join(off)} off: unsupported versions)"
+        self._set(ACTIVE, message)
         return self.status()
 
     @_locked
@@ -174,14 +211,15 @@ class Lifecycle:
                 patch.state, patch.reason = NOT_APPLIED, "reverted"
         kernels.on_revert()
         policy.set_strict(False)
-        self.message = "reverted"
+        self._set(REVERTED, "reverted")
         return self.status()
 
     def activate_on_import(self) -> None:
         try:
             self.apply(explicit=False, strict=None, targets=None, exclude=(), force=None)
         except Exception as exc:  # never break the user's import, unless FFPA_PATCH_STRICT=1 asked for it
-            self.message = f"not applied: {exc}"
+            if self.state not in OFF:
+                self._set(FAILED, f"not applied: {exc}")
             if env.strict_requested():
                 raise
             self._say(False, f"ffpa_patch not applied: {exc}")
@@ -212,6 +250,7 @@ class Lifecycle:
         return Status(
             active=self.is_applied(),
             strict=policy.current.strict,
+            state=self.state,
             message=self.message,
             versions=versions.check_all(),
             patches=[self._patch_row(p) for p in self.patches.values()],

@@ -11,6 +11,7 @@ class Status:
     active: bool
     strict: bool
     message: str
+    state: str = "not applied"  # active, disabled, misconfigured, unsupported versions, failed, reverted
     versions: list[VersionCheck] = field(default_factory=list)
     patches: list[dict] = field(default_factory=list)
     routes: list[dict] = field(default_factory=list)
@@ -24,10 +25,12 @@ class Status:
 
     def __str__(self) -> str:
         lines = [f"ffpa_patch: {self.message}" + (" [strict]" if self.strict else "")]
-        lines += [f"  {v.message}" for v in self.versions]  # missing optional packages too, as --json has them
+        lines.append("  packages:")  # missing optional ones too, as --json has them
+        lines += [f"    {v.name:<16} {v.installed or '-':<12} {v.state:<14} works with {v.supported}"
+                  + ("" if v.required or v.installed else " (optional)") for v in self.versions]
         lines.append("  patches:")
         for p in self.patches:
-            lines.append(f"    {p['name']:<16} {p['state']:<18} {p['reason']}")
+            lines.append(f"    {p['name']:<16} {p['state']:<20} {p['reason']}")
             lines += [f"      WARNING: {w}" for w in p.get("warnings", [])]
         if self.routes:
             lines.append("  attention calls (layer -> kernel: reason  count):")

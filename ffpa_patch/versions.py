@@ -41,12 +41,17 @@ class VersionCheck:
     required: bool
 
     @property
+    def state(self) -> str:
+        if self.installed is None:
+            return "not installed"
+        return "supported" if self.ok else "UNSUPPORTED"
+
+    @property
     def message(self) -> str:
         if self.installed is None:
             kind = "required" if self.required else "optional"
-            return f"{self.name} is not installed ({kind}; supported {self.supported})"
-        verdict = "supported" if self.ok else "UNSUPPORTED"
-        return f"{self.name} {self.installed} ({verdict}; supported {self.supported})"
+            return f"{self.name} is not installed ({kind}; works with {self.supported})"
+        return f"{self.name} {self.installed} is {self.state} (works with {self.supported})"
 
 
 def check(dist: str) -> VersionCheck:
@@ -59,6 +64,11 @@ def check(dist: str) -> VersionCheck:
         ok=ver is not None and ver in spec,
         required=dist in REQUIRED,
     )
+
+
+def requirement(dist: str) -> str:
+    """What to pip install for ``dist``, quoted for a shell: ``'ffpa-attn>=0.2.4,<0.3'``."""
+    return f"'{dist}{SUPPORTED[dist]}'"
 
 
 def check_all() -> list[VersionCheck]:

@@ -82,7 +82,59 @@ def test_an_unusable_directory_leaves_it_off_with_the_reason_and_flash_attn_4_wo
     monkeypatch.setenv("FFPA_PATCH_KERNEL_CACHE", str(blocker / "cache"))
     assert not flash_attn_4().CUTE_DSL_CACHE_ENABLED  # and fa4.import_error() was None: still usable
     assert disk_cache.state["flash-attn-4"].startswith(f"off: cannot use {blocker / 'cache'}")
-    assert "writable directory" in caplog.text
+    assert "FFPA_PATCH_KERNEL_CACHE=DIR names a folder of your own" in caplog.text
+
+
+# -- the cache holds native code: owner-only folders, and never a folder someone else can write --
+def test_folders_the_cache_makes_are_owner_only(flash_attn_4, tmp_path):
+    flash_attn_4()
+    root = tmp_path / "xdg" / "ffpa_patch" / "kernels"
+    for folder in (tmp_path / "xdg", tmp_path / "xdg" / "ffpa_patch", root, root / "flash_attn_4"):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o707])
+def test_a_cache_folder_others_can_write_is_refused_with_one_line(flash_attn_4, tmp_path, monkeypatch, caplog, mode):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)  # e.g. a team folder an admin set up for everyone
+    monkeypatch.setenv("FFPA_PATCH_KERNEL_CACHE", str(shared))
+    disk_cache._said.clear()
+    assert not flash_attn_4().CUTE_DSL_CACHE_ENABLED
+    who = "its group" if mode == 0o770 else "others"
+    assert disk_cache.state["flash-attn-4"].startswith(f"off: {shared} is writable by {who}")
+    lines = [r.getMessage() for r in caplog.records if "kernel disk cache" in r.getMessage()]
+    assert len(lines) == 1 and str(shared) in lines[0] and "FFPA_PATCH_KERNEL_CACHE=DIR" in lines[0]
+
+
+def test_a_cache_under_a_folder_others_can_replace_is_refused(flash_attn_4, tmp_path, monkeypatch):
+    above = tmp_path / "scratch"
+    above.mkdir()
+    above.chmod(0o777)  # not sticky: anyone could rename our folder away and put theirs in its place
+    monkeypatch.setenv("FFPA_PATCH_KERNEL_CACHE", str(above / "mine"))
+    disk_cache._said.clear()
+    assert not flash_attn_4().CUTE_DSL_CACHE_ENABLED
+    assert f"{above}, above it, is writable by its group and others and not sticky" in disk_cache.state["flash-attn-4"]
+
+
+def test_a_cache_of_our_own_in_a_sticky_shared_folder_is_used(flash_attn_4, tmp_path, monkeypatch):
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)  # like /tmp: others may write, but not replace what is ours
+    monkeypatch.setenv("FFPA_PATCH_KERNEL_CACHE", str(sticky / "mine"))
+    assert flash_attn_4().CUTE_DSL_CACHE_ENABLED
+    assert (sticky / "mine").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.skipif(not hasattr(os, "chown") or os.getuid() != 0, reason="giving a folder away needs root")
+def test_a_cache_folder_that_belongs_to_another_user_is_refused(flash_attn_4, tmp_path, monkeypatch):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 4242, -1)
+    monkeypatch.setenv("FFPA_PATCH_KERNEL_CACHE", str(theirs))
+    disk_cache._said.clear()
+    assert not flash_attn_4().CUTE_DSL_CACHE_ENABLED
+    assert disk_cache.state["flash-attn-4"].startswith(f"off: {theirs} belongs to another user (uid 4242)")
 
 
 def test_imported_before_ffpa_patch_could_turn_it_on(flash_attn_4, monkeypatch):
@@ -201,6 +253,16 @@ def test_a_broken_file_is_a_miss_compiled_again_and_replaced(ffpa_attn, tmp_path
     fwd = ffpa_attn.next_process()
     assert fwd.launch(2.0, 4.0) == 8.0 and len(fwd.COMPILES) == 2
     assert written.read_text() == "func=2.0"
+
+
+@pytest.mark.parametrize("planted", ["group-writable file", "group-writable folder"])
+def test_a_kernel_file_someone_else_could_have_written_is_never_loaded(ffpa_attn, tmp_path, planted):
+    ffpa_attn().launch(2.0, 1.0)
+    (written,) = (tmp_path / "kernels" / "ffpa_attn").rglob("*.o")
+    written.write_text("func=1000.0")  # what a planted kernel computes: not scale 2
+    (written if planted.endswith("file") else written.parent).chmod(0o660 if planted.endswith("file") else 0o770)
+    fwd = ffpa_attn.next_process()
+    assert fwd.launch(2.0, 4.0) == 8.0 and len(fwd.COMPILES) == 2  # compiled afresh, the file refused
 
 
 def test_revert_puts_ffpa_attns_own_cache_back_with_its_kernels(ffpa_attn):

@@ -20,7 +20,7 @@ def fake_transformers(monkeypatch):
 def test_unsupported_version_warns_names_versions_and_patches_nothing(fake_transformers):
     ffpa_patch.revert()
     fake_transformers("5.4.0")
-    with pytest.warns(UserWarning, match=r"transformers 5\.4\.0 \(UNSUPPORTED; supported >=5\.5\.0,<5\.26\)"):
+    with pytest.warns(UserWarning, match=r"transformers 5\.4\.0 is UNSUPPORTED \(works with >=5\.5\.0,<5\.26\)"):
         st = ffpa_patch.apply()
     assert not st.active and not ffpa_patch.is_applied()
     assert all(p["state"] != "applied" for p in st.patches)
@@ -71,7 +71,7 @@ def test_an_optional_package_out_of_range_turns_off_only_the_patch_that_needs_it
     monkeypatch.setattr(versions, "installed", lambda d: Version("9.0.0") if d == "nemo-automodel" else real(d))
     ffpa_patch.revert()
     try:
-        with pytest.warns(UserWarning, match=r"nemo_moe_ring off: nemo-automodel 9\.0\.0 \(UNSUPPORTED"):
+        with pytest.warns(UserWarning, match=r"nemo_moe_ring off: nemo-automodel 9\.0\.0 is UNSUPPORTED"):
             st = ffpa_patch.apply()
         rows = {p["name"]: p for p in st.patches}
         assert rows["ffpa_backend"]["state"] == "applied" and rows["gemma4_dropin"]["state"] == "applied"

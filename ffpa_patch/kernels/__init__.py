@@ -78,11 +78,10 @@ class KernelSet:
         return self.sliding if is_sliding else self.full
 
     def by_name(self, name: str) -> Kernel:
-        return self._by_name[name]
-
-    @functools.cached_property
-    def _by_name(self) -> dict[str, Kernel]:
-        return {k.name: k for k in (self.full, self.sliding, self.flex)}
+        for kernel in (self.full, self.sliding, self.flex):  # a loop, not a cached dict: Dynamo traces this
+            if kernel.name == name:
+                return kernel
+        raise KeyError(name)
 
     def problems(self, is_sliding: bool, device, dtype, head_dim: int, deterministic: bool = False) -> tuple[str | None, str | None]:
         """(why the layer's kernel refuses, why FlexAttention refuses): what ``decide`` reads."""

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from .. import env
+from . import private_dir
 
 log = logging.getLogger("ffpa_patch")
 
@@ -31,6 +32,7 @@ HOW = "FFPA_PATCH_KERNEL_CACHE to move it, =0 for off"
 
 # What each package does with its compiled kernels, as found when it was imported.
 state: dict[str, str] = {}
+_said: set[str] = set()
 
 
 def default_root() -> str:
@@ -38,19 +40,34 @@ def default_root() -> str:
     return os.path.join(base, "ffpa_patch", "kernels")
 
 
+FIX = "FFPA_PATCH_KERNEL_CACHE=DIR names a folder of your own (or =0 turns the cache off)"
+
+
+def private(directory: str) -> str | None:
+    """Make ``directory`` owner-only if it is new; None when it is safe to load from, else why not."""
+    try:
+        private_dir.make(directory)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise PermissionError("not writable")
+        return private_dir.problem(directory)
+    except OSError as exc:
+        return f"cannot use {directory} ({exc})"
+
+
 def root() -> tuple[str | None, str]:
-    """The cache root, or None and why there is none."""
+    """The cache root, or None and why there is none (said once, with the fix)."""
     wanted = env.kernel_cache()
     if wanted is None:
         return None, "off (FFPA_PATCH_KERNEL_CACHE=0)"
     directory = os.path.abspath(os.path.expanduser(wanted)) if wanted else default_root()
-    try:
-        os.makedirs(directory, exist_ok=True)
-        if not os.access(directory, os.W_OK | os.X_OK):
-            raise PermissionError("not writable")
-    except OSError as exc:
-        why = f"off: cannot use {directory} ({exc}); set FFPA_PATCH_KERNEL_CACHE to a writable directory"
-        log.warning("ffpa_patch: kernel disk cache %s", why)
+    problem = private(directory)
+    if problem is not None:
+        why = f"off: {problem}; compiled kernels there could come from another user. {FIX}"
+        if why not in _said:  # one line, however many packages ask
+            _said.add(why)
+            from .. import loud
+
+            loud.emit(f"ffpa_patch: kernel disk cache {why}", logging.WARNING)
         return None, why
     return directory, ""
 
@@ -65,6 +82,9 @@ def _flash_attn_4_choice() -> tuple[dict[str, str], str]:
     if directory is None:
         return {}, why
     directory = os.path.join(directory, "flash_attn_4")
+    problem = private(directory)  # made here, owner-only, before flash-attn-4 writes into it
+    if problem is not None:
+        return {}, f"off: {problem}. {FIX}"
     return {ENABLED: "1", DIRECTORY: directory}, f"on, in {directory} ({HOW})"
 
 

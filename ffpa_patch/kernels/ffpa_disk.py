@@ -20,6 +20,8 @@ import os
 import pickle
 import sys
 
+from . import private_dir
+
 log = logging.getLogger("ffpa_patch")
 
 VERIFIED = ("0.2.4",)
@@ -73,6 +75,10 @@ class DiskKernels:
         path = self._path(key)
         if path is None or not os.path.exists(path):
             return False
+        refused = private_dir.problem(self.directory) or private_dir.file_problem(path)
+        if refused is not None:  # never load native code another user could have written
+            log.warning("ffpa_patch: ffpa-attn kernel %s not loaded: %s; compiling instead", path, refused)
+            return False
         try:
             import cutlass.cute as cute
 
@@ -95,7 +101,7 @@ class DiskKernels:
             return
         partial = f"{path}.{os.getpid()}.tmp.o"
         try:
-            os.makedirs(self.directory, exist_ok=True)
+            private_dir.make(self.directory)
             fn.export_to_c(object_file_path=partial, function_name=SYMBOL)
             if os.path.getsize(partial) == 0:
                 raise OSError("empty object file")

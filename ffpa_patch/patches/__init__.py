@@ -18,5 +18,7 @@ def kernels_cannot_run_here() -> list[str]:
     if torch is not None and not torch.cuda.is_available():
         found.append("in place, but no CUDA device here: every call falls back to SDPA")
     if importlib.util.find_spec("ffpa_attn") is None:
-        found.append("in place, but ffpa-attn is not installed: full layers fall back to SDPA (pip install '.[ffpa]')")
+        from ..versions import requirement
+
+        found.append(f"in place, but ffpa-attn is not installed: full layers fall back to SDPA (pip install {requirement('ffpa-attn')})")
     return found
