@@ -11,12 +11,13 @@ import logging
 from typing import Iterable
 
 from .lifecycle import FFPAPatchWarning, Lifecycle, UnsupportedVersionError
+from .patches.explain_off import FFPANotAppliedError
 from .patches import ALL as _PATCH_CLASSES
 from .report import Status
 from .routing.policy import FFPAFallbackError
 from .routing import stats as _stats
 
-__all__ = ["apply", "revert", "is_applied", "status", "stats", "reset_stats", "UnsupportedVersionError",
+__all__ = ["apply", "revert", "is_applied", "status", "stats", "reset_stats", "UnsupportedVersionError", "FFPANotAppliedError",
            "FFPAFallbackError", "FFPAPatchWarning", "PATCH_NAMES", "checkpointing"]
 __version__ = "0.1.0"
 

@@ -58,12 +58,12 @@ def test_status_text_names_missing_optional_packages_and_uninstalled_targets():
 
     status = ffpa_patch.apply()
     text = str(status)
-    for v in status.versions:
-        assert v.message in text  # installed or not, as in --json
+    for v in status.versions:  # installed or not, as in --json; state and range in columns of their own
+        assert any(line.split()[:1] == [v.name] and v.state in line and v.supported in line for line in text.splitlines())
     if importlib.util.find_spec("nemo_automodel") is None:
         row = next(p for p in status.patches if p["name"] == "nemo_moe_ring")
         assert (row["state"], row["reason"]) == ("not installed", "nemo_automodel is not installed")
-        assert "nemo-automodel is not installed (optional" in text
+        assert any(line.split()[:3] == ["nemo-automodel", "-", "not"] and line.endswith("(optional)") for line in text.splitlines())
 
 
 def test_on_a_machine_without_cuda_the_ffpa_patches_say_they_cannot_run():
@@ -76,3 +76,116 @@ def test_on_a_machine_without_cuda_the_ffpa_patches_say_they_cannot_run():
     assert rows["ffpa_backend"]["state"] == "applied"
     assert any("no CUDA device here" in w for w in rows["ffpa_backend"]["warnings"])
     assert "WARNING: in place, but no CUDA device here" in str(ffpa_patch.status())
+
+
+# -- status exit codes: a launch script can gate on them ---------------------------------------------
+def status_exit(args=(), **env_extra):
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FFPA_PATCH_")}
+    env.update(env_extra, PYTHONPATH=os.pathsep.join(p for p in (env_extra.get("PYTHONPATH"), root) if p))
+    done = subprocess.run([sys.executable, "-m", "ffpa_patch", "status", *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+    return done.returncode, done.stdout
+
+
+@pytest.mark.parametrize("env_extra, code", [
+    ({}, 3),  # active, but no GPU on this machine: the fused kernels cannot run
+    ({"FFPA_PATCH_DISABLE": "1"}, 4),
+    ({"FFPA_PATCH_STRICT": "perhaps"}, 4),  # a misconfigured switch
+    ({"FFPA_PATCH_TARGETS": "ffpa_backend", "FFPA_PATCH_EXCLUDE": "ffpa_backend"}, 4),
+])
+def test_status_exit_codes_on_a_machine_without_a_gpu(env_extra, code):
+    from ffpa_patch import machine
+
+    if machine.fused_kernels_here()[0]:
+        pytest.skip("this machine has a GPU the kernels run on")
+    for args in ((), ("--json",)):
+        got, out = status_exit(args, **env_extra)
+        assert got == code, out
+    assert f"exit code {code}: {cli.EXIT_CODES[code]}" in status_exit((), **env_extra)[1]
+
+
+def test_status_exits_5_when_the_versions_are_unsupported(tmp_path):
+    dist = tmp_path / "transformers-9.0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: transformers\nVersion: 9.0.0\n")
+    code, out = status_exit(("--json",), PYTHONPATH=str(tmp_path))
+    import json
+
+    data = json.loads(out)
+    assert code == 5 and data["exit_code"] == 5 and data["state"] == "unsupported versions"
+
+
+def test_exit_code_0_needs_the_patch_active_and_the_kernels_able_to_run():
+    assert cli.exit_code("active", True) == 0
+    assert cli.exit_code("active", False) == 3
+    assert cli.exit_code("reverted", True) == 4
+
+
+# -- the quick view's GPU verdict, from a stand-in for the driver's /proc folder -------------------------
+@pytest.mark.parametrize("models, ok, needle", [
+    ([], False, "no NVIDIA GPU found"),
+    (["NVIDIA A100-SXM4-80GB"], False, "not a Hopper/Blackwell data-center GPU"),
+    (["NVIDIA H100 80GB HBM3"], None, "NVIDIA H100 80GB HBM3"),
+    (["NVIDIA B200"], None, "NVIDIA B200"),
+])
+def test_the_quick_view_judges_the_gpu_by_the_drivers_files(tmp_path, models, ok, needle):
+    from ffpa_patch import machine, versions
+
+    for i, model in enumerate(models):
+        (tmp_path / f"0000:0{i}:00.0").mkdir()
+        (tmp_path / f"0000:0{i}:00.0" / "information").write_text(f"Model: \t {model}\nIRQ: 42\n")
+    assert machine.nvidia_gpus(str(tmp_path)) == models
+    got, why = machine.fused_kernels_here(str(tmp_path))
+    if ok is None:  # a Hopper/Blackwell GPU: then it is up to ffpa-attn being installed
+        ok = versions.installed("ffpa-attn") is not None
+        assert ok or "pip install 'ffpa-attn" in why
+    assert got is ok and needle in why
+
+
+# -- attn_implementation="ffpa" while ffpa_patch is imported but off -------------------------------------
+@pytest.mark.parametrize("env_extra, reason", [
+    ({"FFPA_PATCH_DISABLE": "1"}, "disabled by FFPA_PATCH_DISABLE=1"),
+    ({"FFPA_PATCH_TARGETS": "nonsense"}, "unknown ffpa_patch target(s) ['nonsense']"),
+])
+def test_asking_for_ffpa_while_off_names_ffpa_patch_and_the_reason(env_extra, reason):
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import sys; sys.path.insert(0, 'tests')\n"
+            "import ffpa_patch, tiny\n"
+            "try:\n"
+            "    tiny.causal_lm('dense31b', attn='sdpa').set_attn_implementation('ffpa')\n"
+            "except ValueError as e:\n"
+            "    print(type(e).__name__, e)\n"
+            "ffpa_patch.revert()  # exact again: Transformers' own error\n"
+            "try:\n"
+            "    tiny.causal_lm('dense31b', attn='sdpa').set_attn_implementation('ffpa')\n"
+            "except ValueError as e:\n"
+            "    print(type(e).__name__, e)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FFPA_PATCH_")}
+    env.update(env_extra, PYTHONPATH=root)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, timeout=300)
+    ours, stock = done.stdout.strip().splitlines()[-2:]
+    assert ours.startswith('FFPANotAppliedError attn_implementation="ffpa" comes from ffpa_patch, which is imported here but not applied')
+    assert reason in ours
+    assert stock.startswith("ValueError") and "ffpa_patch" not in stock
+
+
+def test_the_demo_runs_on_cpu_and_says_why_nothing_was_fused(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CPU behaviour")
+    lines = []
+    from ffpa_patch import demo
+
+    assert demo.run(steps=2, seq=128, layers=6, out=lines.append) == 0
+    text = "\n".join(lines)
+    assert "stock sdpa : first step" in text and "ffpa_patch : first step" in text
+    assert "full    -> sdpa : device cpu (FFPA needs CUDA)  2" in text
+    assert "largest difference 0.00e+00" in text and "nothing was fused here" in text
