@@ -151,5 +151,6 @@ def test_console_script_is_installed_and_reports_status():
     if not os.path.exists(exe):
         pytest.skip("package not installed (run through tox or pip install -e .)")
     proc = subprocess.run([exe, "status", "--json"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["active"] is True
+    data = json.loads(proc.stdout)
+    assert data["active"] is True
+    assert proc.returncode == data["exit_code"] == (0 if data["fused_kernels_here"]["run"] else 3), proc.stderr
