@@ -72,5 +72,18 @@ F31L)  # 16k
   full 200 31b ffpa --seq 16384 --vocab 32768 --steps 3
   full 240 31b sdpa-stock --seq 16384 --vocab 32768 --steps 3
   ;;
+T3)  # the three GPU tests of the first call that a test bug of mine (max_seqlen below the longest
+    # sequence: a device-side assert that poisoned the CUDA context for the two after it) made fail
+  stamp "gpu tests, again"
+  timeout 240 python -m pytest -m gpu -q -p no:cacheprovider tests/gpu -k "repeatable or double_backward" 2>&1 | tail -25 > $OUT/gpu-tests-rerun.log
+  ;;
+F31F16)  # the floor at 16k
+  full 150 31b floor --seq 16384 --vocab 32768 --steps 3
+  ;;
+FE4)  # E4B (42 layers, 18 KV-shared, per-layer inputs), 8k, LoRA, released vocab
+  full 120 e4b sdpa-stock --seq 8192 --steps 4
+  full 120 e4b ffpa --seq 8192 --steps 4
+  full 120 e4b floor --seq 8192 --steps 4
+  ;;
 esac; done
 stamp "done"
