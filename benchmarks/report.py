@@ -6,6 +6,9 @@ import json
 import os
 import sys
 
+EARLY = "2026-12-03-h200-a"  # the first sessions' files (H200, 2026-12-03 to 05)
+FULL = "2026-12-06-h100-d"  # full-depth models and the routing core's before/after (one H100)
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -276,7 +279,8 @@ def trainer_plot(rows, path):
 
 
 def main():
-    folder = sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results"
+    results = sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results"
+    folder = os.path.join(results, EARLY)  # the first H200 sessions' files (their own folder since manifests)
     k = load(folder, "kernel.json")
     if k:
         print("### Kernel (one full layer)\n\n" + kernel_table(k) + "\n")
@@ -296,7 +300,8 @@ def main():
     if rows:
         print("### trainer/trainer.json (benchmarks/trainer_matrix.sh)\n\n" + trainer_table(rows) + "\n")
         trainer_plot(rows, os.path.join(folder, "trainer", "trainer.png"))
-    h100 = "h100_2026-12-06"
+    folder = results
+    h100 = "2026-12-06-h100-a"
     for name in ("trainer_floor.json", "trainer_floor_repeat.json"):
         rows = trainer_rows(folder, os.path.join(h100, name), first_only=False)
         if rows:
@@ -305,7 +310,7 @@ def main():
         data = load(folder, os.path.join(h100, name))
         if data:
             print(f"### {h100}/{name}\n\n" + e2e_table(data) + "\n")
-    run = "gpu_2026-12-06b"  # three H100 machines, a, b and c (benchmarks/results/gpu_2026-12-06b/gpu_session.sh)
+    run = "2026-12-06-h100-b"  # three H100 machines, a, b and c (benchmarks/results/2026-12-06-h100-b/gpu_session.sh)
     for name, what in (("h100_a/trainer_floor.json", "floors, autocast + padding"), ("h100_b/ab.json", "masks.analyse with one read-back"),
                        ("h100_b/ab_base.json", "masks.analyse as before (seven syncs)")):
         rows = trainer_rows(folder, os.path.join(run, name), first_only=False)
@@ -321,11 +326,11 @@ def main():
         parts = [load(folder, os.path.join(run, n)) for n in names]
         if all(parts):
             print(f"### {run}/{' + '.join(names)}{note}\n\n" + long_context_table({"rows": [r for d in parts for r in d["rows"]]}) + "\n")
-    run = "gpu_2026-12-06c"  # one H100 (d); benchmarks/results/gpu_2026-12-06c/gpu_session.sh
+    run = "2026-12-06-h100-c"  # one H100 (d); benchmarks/results/2026-12-06-h100-c/gpu_session.sh
     long = load(folder, os.path.join(run, "h100_d", "long.json"))
     if long:
         print(f"### {run}/h100_d/long.json\n\n" + long_context_table(long) + "\n")
-        c64 = load(folder, os.path.join("gpu_2026-12-06b", "h100_c", "long_context_64k_expandable.json"))
+        c64 = load(folder, os.path.join("2026-12-06-h100-b", "h100_c", "long_context_64k_expandable.json"))
         oom = [r for r in (c64 or {"rows": []})["rows"] if "error" in r]  # stock at 64k, machine c
         long_context_plot(long["rows"] + oom, os.path.join(folder, run, "long_context.png"),
                           "31B-shaped 6-layer slice, selective checkpointing, AdamW, one H100 80GB", 79.1)
@@ -334,6 +339,7 @@ def main():
         data = load(folder, os.path.join(run, name))
         if data:
             print(f"### {run}/{name}\n\n" + table(data) + "\n")
+    folder = os.path.join(results, EARLY)
     prof = load(folder, os.path.join("trainer", "trainer_profile.json"))
     if prof:
         print("### trainer/trainer_profile.json (trainer.py --profile-step 8)\n\n" + trainer_profile_table(prof) + "\n")
@@ -353,5 +359,84 @@ def main():
             plot({"rows": rows}, os.path.join(folder, png), f"Gemma4 31B-shaped 6-layer slice, {what}, H200")
 
 
+def full_model_table(rows) -> str:
+    """Full-depth rows: tokens/s, against stock and against the attention-free floor, MFU, memory."""
+    key = lambda r: (r["model"], r["recipe"], r["ckpt"], r["seq"])  # noqa: E731
+    stock = {key(r): r["tokens_per_s"] for r in rows if r["backend"] == "sdpa-stock" and "error" not in r}
+    floor = {key(r): r["tokens_per_s"] for r in rows if r["backend"] == "floor" and "error" not in r}
+    out = ["| model | recipe | seq | backend | tokens/s | vs stock | % of floor | MFU | peak GiB | first step s |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (*key(r), r["backend"])):
+        if "error" in r:
+            out.append(f"| {r['model']} | {r['recipe']}, {r['ckpt']} ckpt | {r['seq']} | {r['backend']} | {r['error'][:60]} | | | | | |")
+            continue
+        vs = f"{r['tokens_per_s'] / stock[key(r)]:.2f}x" if key(r) in stock else "-"
+        pf = f"{100 * r['tokens_per_s'] / floor[key(r)]:.1f}%" if key(r) in floor and r["backend"] != "floor" else "-"
+        out.append(f"| {r['model']} | {r['recipe']}, {r['ckpt']} ckpt | {r['seq']} | {r['backend']} | {r['tokens_per_s']:,.0f} | {vs} | {pf} "
+                   f"| {100 * r['mfu']:.1f}% | {r['peak_gib']:.1f} | {r['first_step_s']:.1f} |")
+    return "\n".join(out)
+
+
+def full_model_plot(rows, path):
+    """Grouped bars per (model, length): stock, ffpa_patch and the attention-free floor in tokens/s,
+    and ffpa_patch's share of the floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if "error" not in r and r["recipe"] == "lora" and r["ckpt"] == "plain"]
+    groups = sorted({(r["model"], r["seq"]) for r in rows}, key=lambda g: (g[0], g[1]))
+    speed = {(r["model"], r["seq"], r["backend"]): r["tokens_per_s"] for r in rows}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [2, 1]})
+    width = 0.27
+    for i, (backend, colour) in enumerate((("sdpa-stock", "tab:gray"), ("ffpa", "tab:green"), ("floor", "tab:blue"))):
+        xs = [g for g, key in enumerate(groups) if (*key, backend) in speed]
+        left.bar([x + (i - 1) * width for x in xs], [speed[(*groups[x], backend)] for x in xs], width,
+                 color=colour, label={"sdpa-stock": "stock sdpa", "ffpa": "ffpa_patch", "floor": "attention-free floor"}[backend])
+    labels = [f"{m}\n{s // 1024}k" for m, s in groups]
+    left.set_xticks(range(len(groups)), labels)
+    left.set_yscale("log")
+    left.set_ylabel("tokens/s (log)")
+    left.set_title("released Gemma4 shapes, full depth, LoRA r=16, checkpointing, one H100")
+    left.legend()
+    share = [(x, 100 * speed[(*g, "ffpa")] / speed[(*g, "floor")]) for x, g in enumerate(groups)
+             if (*g, "ffpa") in speed and (*g, "floor") in speed]
+    right.bar([labels[x] for x, _ in share], [v for _, v in share], color="tab:green")
+    for x, (_, v) in enumerate(share):
+        right.text(x, v + 1, f"{v:.0f}%", ha="center")
+    right.set_ylim(0, 105)
+    right.set_ylabel("ffpa_patch, % of the floor")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def before_after_tables(folder) -> str:
+    """The routing core rewrite against 0a52d15, same machine, same call: host time and the 8k slice."""
+    import glob
+
+    lines = ["| package | backend | batch | host us per attention call |", "|---|---|---|---|"]
+    for path in sorted(glob.glob(os.path.join(folder, "overhead_*.json"))):
+        for r in json.load(open(path)):
+            lines.append(f"| {r['label']} | {r['backend']} | {r['batch']} | {r['overhead_us_per_call']:.1f} |")
+    lines += ["", "| package | batch | tokens/s | step ms | peak GiB |", "|---|---|---|---|---|"]
+    for name in ("e2e_8k_after.json", "e2e_8k_before.json", "e2e_8k_stock.json"):
+        data = load(folder, name)
+        for r in (data or {"rows": []})["rows"]:
+            label = {"e2e_8k_after.json": "after", "e2e_8k_before.json": "before (0a52d15)"}.get(name, "stock sdpa")
+            lines.append(f"| {label} | {'padded' if r['padded'] else 'text'} | {r['tokens_per_s']:,.0f} | {1e3 * r['step_s']:.1f} | {r['peak_gib']:.2f} |")
+    return "\n".join(lines)
+
+
+def report_full(results):
+    folder = os.path.join(results, FULL)
+    data = load(folder, "full_model.json")
+    if data:
+        print(f"### {FULL}/full_model.json\n\n" + full_model_table(data["rows"]) + "\n")
+        full_model_plot(data["rows"], os.path.join(folder, "full_model.png"))
+    print(f"### {FULL}: before/after the routing core\n\n" + before_after_tables(folder) + "\n")
+
+
 if __name__ == "__main__":
     main()
+    report_full(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results")

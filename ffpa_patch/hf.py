@@ -72,7 +72,10 @@ def eager_attention() -> Callable:
 def is_text_attention(module: Any) -> bool:
     """A Gemma4 text attention layer (or a subclass). Read from the type's MRO: no import, and a
     constant to Dynamo."""
-    return any(c.__name__ == TEXT_ATTENTION and c.__module__ == GEMMA4 for c in type(module).__mro__)
+    for cls in type(module).__mro__:  # a plain loop: this runs on every attention call
+        if cls.__name__ == TEXT_ATTENTION and cls.__module__ == GEMMA4:
+            return True
+    return False
 
 
 def is_text_config(config: Any) -> bool:

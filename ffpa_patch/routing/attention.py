@@ -64,14 +64,15 @@ def route_attention(module, query, key, value, attention_mask, *, backend: str, 
         return _in_graph(active, facts, route, layer, module, query, key, value, attention_mask, window, call,
                          deterministic, kwargs)
     route, layout = execute.finish(route, attention_mask, mask_kind, query.shape[0], window, layer.layer_idx, facts.flex_ok)
-    if route.fused:
+    fused = route.fused
+    if fused and (call.cast or deterministic):
         route = route.noted(call.note(), policy.determinism_note(active.by_name(route.kernel).repeatable, deterministic))
     _account(compiling, module, backend, kind, head_dim, route)
-    if not route.fused:
+    if not fused:
         return execute.fallback(route, module, query, key, value, attention_mask, kwargs)
     q, k, v = precision.cast(call, query, key, value)
     out = execute.run(active, route, layout, q, k, v, kwargs["scaling"], window, deterministic)
-    return execute.first_order_only(out), None
+    return (execute.first_order_only(out) if out.requires_grad else out), None
 
 
 def _account(compiling: bool, module, backend: str, kind: str, head_dim: int, route: Route) -> None:

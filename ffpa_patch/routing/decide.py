@@ -43,8 +43,8 @@ class Route:
 
     def noted(self, *notes: str | None) -> Route:
         """The route with notes (an autocast cast, deterministic mode) added to its reason."""
-        extra = "".join(f"; {n}" for n in notes if n)
-        return Route(self.kernel, self.reason + extra, self.chosen) if extra else self
+        extra = "; ".join(n for n in notes if n)
+        return Route(self.kernel, f"{self.reason}; {extra}", self.chosen) if extra else self
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ def run(kernels: KernelSet, route: Route, layout: masks.Layout | None, query, ke
     if route.kernel == FLEX:
         block_mask = flex.block_mask(layout, query.shape[0], query.shape[2], key.shape[2], window, query.device)
         return kernel.block(query, key, value, block_mask, scale)
-    q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, S, H, D] views
+    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # [B, S, H, D] views
     if layout is None or layout.kind == "dense":
         return kernel.dense(q, k, v, scale, window, deterministic)
     batch, seq = q.shape[:2]

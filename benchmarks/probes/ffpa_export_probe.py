@@ -1,7 +1,7 @@
 """Can an ffpa-attn kernel be kept on disk? Export a compiled varlen forward with
 CuTeDSL's export_to_c, load it back with cute.runtime.load_module (as flash-attn-4's
 disk cache does) and call it with the arguments ffpa-attn passes; compare the outputs.
-Prints one JSON line. python benchmarks/ffpa_export_probe.py [OBJ_DIR]
+Prints one JSON line. python benchmarks/probes/ffpa_export_probe.py [OBJ_DIR]
 """
 import json
 import os

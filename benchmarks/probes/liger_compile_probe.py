@@ -8,7 +8,7 @@ without any model or ffpa_patch: LigerForCausalLMLoss eager and compiled against
 reference (fp32 logits, Gemma4's softcap 30), loss and gradients, with the shift's one
 ignored label per row and with none.
 
-    python benchmarks/liger_compile_probe.py [--out FILE]
+    python benchmarks/probes/liger_compile_probe.py [--out FILE]
 """
 import argparse
 import json

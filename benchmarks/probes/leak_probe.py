@@ -1,6 +1,6 @@
 """What stays allocated on the GPU after one patched e2e run (was: the +5.5 GiB of a second model).
 
-python benchmarks/leak_probe.py [--backend ffpa|ffpa-flex|sdpa-dropin|...]
+python benchmarks/probes/leak_probe.py [--backend ffpa|ffpa-flex|sdpa-dropin|...]
 -> GiB still allocated, the largest live CUDA tensors with their first referrers, and,
 where objgraph is importable, the shortest reference chain from a module to the largest
 one (what keeps the dead model alive). On the H200 before the fix: 6.1 GiB, the dead model's
@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from benchmarks import e2e  # noqa: E402
 
 

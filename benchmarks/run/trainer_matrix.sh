@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Trainer recipes of benchmarks/results/trainer.json, one process each, on one GPU.
-#   bash benchmarks/trainer_matrix.sh OUT_DIR [stock|shim|all]
+#   bash benchmarks/run/trainer_matrix.sh OUT_DIR [stock|shim|all]
 # flash-attn-4's kernel disk cache starts empty (OUT_DIR/kernel-cache), so the first shim
 # process compiles everything and the ones after it show a second process's first step.
 set -u

@@ -1,6 +1,6 @@
 """Run a command while sampling the GPU's SM clock and power (nvidia-smi, read-only).
 
-python benchmarks/gpu_clocks.py --out clocks.json -- python benchmarks/e2e.py ...
+python benchmarks/probes/gpu_clocks.py --out clocks.json -- python benchmarks/e2e.py ...
 
 Why: the same GEMM kernels ran 5-10% slower in the ffpa step than in the stock
 one (README, "Where the GPU time goes"). A denser step draws more power, and an

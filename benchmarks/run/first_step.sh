@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # First step of a first and a second process (Trainer, ffpa, autocast, packing), with the
-# kernel disk cache starting empty:  bash benchmarks/first_step.sh OUT_DIR
+# kernel disk cache starting empty:  bash benchmarks/run/first_step.sh OUT_DIR
 set -u
 out=${1:?OUT_DIR}
 export FFPA_PATCH_KERNEL_CACHE=$out/kernel-cache-first-step

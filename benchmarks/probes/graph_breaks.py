@@ -1,6 +1,6 @@
 """Dynamo graph-break report: a tiny Gemma4 (31B layer pattern) on the GPU, stock vs patched.
 
-python benchmarks/graph_breaks.py --out benchmarks/results/graph_breaks.json
+python benchmarks/probes/graph_breaks.py --out benchmarks/results/graph_breaks.json
 Each break is listed with its reason and the innermost frames of the user stack, so
 breaks caused by ffpa_patch (file paths under ffpa_patch/) are told apart from others.
 """
@@ -10,8 +10,8 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests"))
 import ffpa_patch  # noqa: E402
 import tiny  # noqa: E402
 from benchmarks.common import env_info, write  # noqa: E402

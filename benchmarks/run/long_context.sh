@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Long-context training steps of the 6-layer 31B-shaped slice (benchmarks/e2e.py), one
 # process per row, appended to OUT_DIR/long_context.json; a row that runs out of memory or
-# time is recorded as such.   bash benchmarks/long_context.sh OUT_DIR [a|b|all]
+# time is recorded as such.   bash benchmarks/run/long_context.sh OUT_DIR [a|b|all]
 #   a: 32k and 64k, selective checkpointing, stock sdpa and "ffpa" (a32 / a64: one length)
 #   b: 128k "ffpa" (and stock), compiled "ffpa", plain checkpointing, mixed-length packing
 #   trainer: Trainer on the slice, 4 packed documents of 2k-16k tokens a step (~36k), selective checkpointing
