@@ -89,6 +89,6 @@ def run(steps: int | None = None, seq: int | None = None, layers: int = 6, out=p
         f" (largest difference {diff:.2e})")
     if not fused:
         out("  nothing was fused here: the FFPA / flash-attn-4 kernels need a Hopper or Blackwell GPU with "
-            "ffpa-attn installed (`ffpa-patch status` says what is missing); every call ran stock SDPA, so the "
-            "losses match stock's exactly.")
+            "ffpa-attn installed (`ffpa-patch status` says what is missing); every call ran stock SDPA (with the "
+            "repeat-K/V fix on Transformers 5.5-5.12), so the losses match stock's to rounding.")
     return 0

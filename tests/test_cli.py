@@ -188,4 +188,5 @@ def test_the_demo_runs_on_cpu_and_says_why_nothing_was_fused(capsys):
     text = "\n".join(lines)
     assert "stock sdpa : first step" in text and "ffpa_patch : first step" in text
     assert "full    -> sdpa : device cpu (FFPA needs CUDA)  2" in text
-    assert "largest difference 0.00e+00" in text and "nothing was fused here" in text
+    diff = float(text.split("largest difference ")[1].split(")")[0])
+    assert diff < 1e-4 and "nothing was fused here" in text  # SDPA, or its repeat-K/V fix on 5.5-5.12: rounding
