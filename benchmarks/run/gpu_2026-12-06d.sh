@@ -85,9 +85,5 @@ FE4)  # E4B (42 layers, 18 KV-shared, per-layer inputs), 8k, LoRA, released voca
   full 120 e4b ffpa --seq 8192 --steps 4
   full 120 e4b floor --seq 8192 --steps 4
   ;;
-D)  # the README's first command on a GPU, as a new user runs it (an empty kernel cache: a fresh machine)
-  stamp "ffpa-patch demo"
-  timeout 200 python -m ffpa_patch demo 2>&1 | tee $OUT/demo.log
-  ;;
 esac; done
 stamp "done"
