@@ -136,12 +136,13 @@ def check() -> list[str]:
     need(f"{GEMMA4}.ALL_ATTENTION_FUNCTIONS with a _local_mapping",
          lambda: isinstance(getattr(gemma4_module().ALL_ATTENTION_FUNCTIONS, "_local_mapping", None), dict))
     need(f"{TEXT_ATTENTION} attributes is_sliding, layer_idx, config, head_dim",
-         lambda: {"is_sliding", "layer_idx", "config", "head_dim"} <= _init_assignments(getattr(gemma4_module(), TEXT_ATTENTION)))
+         lambda: {"is_sliding", "layer_idx", "config", "head_dim"} <= _assigned(getattr(gemma4_module(), TEXT_ATTENTION)))
     return problems
 
 
-def _init_assignments(cls: type) -> set[str]:
-    """The ``self.x = ...`` names of ``cls.__init__`` (read from the source: no model is built)."""
+def _assigned(cls: type) -> set[str]:
+    """The ``self.x = ...`` names in the class's source (no model is built; the class, not its
+    ``__init__``, since Transformers wraps some ``__init__``s in decorators)."""
     import re
 
-    return set(re.findall(r"self\.(\w+)\s*=", inspect.getsource(cls.__init__)))
+    return set(re.findall(r"self\.(\w+)\s*=", inspect.getsource(cls)))

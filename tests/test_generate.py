@@ -28,7 +28,11 @@ def greedy(model, cache):
 @pytest.mark.parametrize("family", ["dense31b", "e2b"])
 def test_greedy_generate_of_a_left_padded_batch_gives_stock_tokens(family, cache, reference_kernels):
     ffpa_patch.revert()
-    want = greedy(tiny.causal_lm(family, attn="sdpa", use_cache=True), cache)
+    try:
+        want = greedy(tiny.causal_lm(family, attn="sdpa", use_cache=True), cache)
+    except IndexError as exc:  # Transformers 5.5's StaticCache starts with no layers for Gemma4
+        ffpa_patch.apply()
+        pytest.skip(f"stock generate() with this cache fails on this Transformers: {exc}")
     ffpa_patch.apply()
     try:
         for attn in ("ffpa", "sdpa"):  # the backend, then the drop-in route on a model left on "sdpa"
