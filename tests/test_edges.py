@@ -159,18 +159,28 @@ def test_a_loss_that_ignores_padding_equals_stock_with_right_padding(patched, re
 
 # -- 7. strict mode and route accounting under torch.compile -----------------------------------------
 def test_strict_raises_while_tracing_and_traced_routes_are_counted(patched):
+    from ffpa_patch.routing.attention import route_attention
+    from ffpa_patch.routing.masks import CausalMask
     from ffpa_patch.routing.policy import TRACED
 
     model = tiny.causal_lm("dense31b", attn="ffpa")  # the real kernels: on CPU the full layer falls back
-    ids = torch.randint(0, 128, (1, 16))
+    attn = next(l.self_attn for l in model.model.layers if not l.self_attn.is_sliding)
+    q, k = torch.randn(1, 4, 16, 512), torch.randn(1, 1, 16, 512)
+
+    def layer(q, k):
+        return route_attention(attn, q, k, k, CausalMask(), backend="ffpa", scaling=1.0)[0]
+
     torch._dynamo.reset()
-    torch.compile(model, backend="aot_eager")(ids)
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    compiled(q, k)
+    compiled(q, k)  # the same graph: the route is counted once per layer, not per call or trace
     traced = [r for r in rows("full") if r["reason"].startswith(TRACED)]
-    assert traced and traced[0]["kernel"] == "sdpa" and "needs CUDA" in traced[0]["reason"]
+    assert len(traced) == 1 and traced[0]["count"] == 1
+    assert traced[0]["kernel"] == "sdpa" and "needs CUDA" in traced[0]["reason"]
     ffpa_patch.apply(strict=True)
     torch._dynamo.reset()
     with pytest.raises(ffpa_patch.FFPAFallbackError, match="head_dim=512 full-attention layer fell back"):
-        torch.compile(model, backend="aot_eager")(ids)
+        torch.compile(layer, backend="aot_eager")(q, k)  # (with fullgraph=True Dynamo wraps it in Unsupported)
 
 
 def test_strict_raises_from_the_op_when_the_mask_turns_out_inexpressible(patched, reference_kernels):

@@ -23,7 +23,7 @@ def test_kernel_unavailable_on_cpu_falls_back_to_sdpa_with_reason(patched):
     ids = torch.randint(0, 128, (2, 16))
     ref = model(ids).logits
     model.set_attn_implementation("ffpa")
-    out = model(ids).logits  # real CuteKernels: CPU tensors are not eligible
+    out = model(ids).logits  # the real kernel set: CPU tensors are not eligible
     torch.testing.assert_close(out, ref, atol=5e-5, rtol=1e-4)
     assert any("FFPA needs CUDA" in r for r in reasons())
 

@@ -33,7 +33,7 @@ def route_attention(module, query, key, value, attention_mask, *, backend: str, 
     compiling = torch.compiler.is_compiling()
     if not hf.is_text_attention(module):
         _account(compiling, module, backend, "other", query.shape[-1],
-                 Route(SDPA, f"{type(module).__name__} is not Gemma4 text attention: stock sdpa, stock mask"))
+                 Route(SDPA, f"{type(module).__name__} is not Gemma4 text attention: stock sdpa, stock mask"), -1)
         return execute.fallback(Route(SDPA, ""), module, query, key, value, attention_mask, kwargs)
     layer = hf.layer(module)
     active = kernels.active()
@@ -57,7 +57,7 @@ def route_attention(module, query, key, value, attention_mask, *, backend: str, 
         raise RuntimeError(route.reason)
     kind = "sliding" if layer.is_sliding else "full"
     if not route.fused:
-        _account(compiling, module, backend, kind, head_dim, route)
+        _account(compiling, module, backend, kind, head_dim, route, layer.layer_idx)
         return execute.fallback(route, module, query, key, value, attention_mask, kwargs)
     window = attention_mask.window if mask_kind == PLAIN else hf.configured_window(module)
     if compiling:
@@ -67,7 +67,7 @@ def route_attention(module, query, key, value, attention_mask, *, backend: str, 
     fused = route.fused
     if fused and (call.cast or deterministic):
         route = route.noted(call.note(), policy.determinism_note(active.by_name(route.kernel).repeatable, deterministic))
-    _account(compiling, module, backend, kind, head_dim, route)
+    _account(compiling, module, backend, kind, head_dim, route, layer.layer_idx)
     if not fused:
         return execute.fallback(route, module, query, key, value, attention_mask, kwargs)
     q, k, v = precision.cast(call, query, key, value)
@@ -75,9 +75,9 @@ def route_attention(module, query, key, value, attention_mask, *, backend: str, 
     return (execute.first_order_only(out) if out.requires_grad else out), None
 
 
-def _account(compiling: bool, module, backend: str, kind: str, head_dim: int, route: Route) -> None:
+def _account(compiling: bool, module, backend: str, kind: str, head_dim: int, route: Route, layer_idx: int) -> None:
     if compiling:
-        policy.account_traced(kind, head_dim, route)
+        policy.account_traced(kind, head_dim, route, layer_idx)
     else:
         policy.account(kind, head_dim, route, module=module if kind != "other" else None, backend=backend)
 
@@ -97,9 +97,9 @@ def _in_graph(active, facts: CallFacts, route: Route, layer, module, query, key,
         if route.kernel == FLEX and facts.mask == TENSOR:  # the bool mask as given, a real buffer for Inductor
             layout = masks.Layout("other", allowed=torch.ops.ffpa_patch.materialize(mask))
         route = route.noted(call.note(), policy.determinism_note(active.by_name(route.kernel).repeatable, deterministic))
-        policy.account_traced(kind, facts.head_dim, route)
+        policy.account_traced(kind, facts.head_dim, route, layer.layer_idx)
         return execute.run(active, route, layout, q, k, v, scale, window, deterministic), None
-    policy.account_traced(kind, facts.head_dim, Route(route.kernel, "custom op (the mask is read at run time)"))
+    policy.account_traced(kind, facts.head_dim, Route(route.kernel, "custom op (the mask is read at run time)"), layer.layer_idx)
     tensor_mask = mask if facts.mask == TENSOR else None  # None: causal (+ window), bottom-right
     out = torch.ops.ffpa_patch.fused_attention(q, k, v, tensor_mask, scale, window, route.kernel, layer.layer_idx,
                                                layer.is_sliding, facts.flex_ok, deterministic)

@@ -45,24 +45,25 @@ def account(layer: str, head_dim: int, route: Route, module=None, backend: str |
     _enforce(layer, head_dim, route)
 
 
-def account_traced(layer: str, head_dim: int, route: Route) -> None:
-    """While Dynamo traces: the route is fixed here, so it is counted once per trace and strict
-    raises now (a raise in traced code reaches the caller as itself)."""
-    record_at_trace_time(layer, route.kernel, TRACED + route.reason)
+def account_traced(layer: str, head_dim: int, route: Route, layer_idx: int = -1) -> None:
+    """While Dynamo traces: the route is fixed here, so it is counted once per layer (Dynamo may
+    trace a frame more than once) and strict raises now (a raise in traced code reaches the
+    caller as itself)."""
+    record_at_trace_time(layer_idx, layer, route.kernel, TRACED + route.reason)
     _enforce(layer, head_dim, route)
 
 
 def _dynamo_constant(fn):
     """``torch.compiler.assume_constant_result`` without importing torch (that decorator only sets
-    this attribute; tests/test_policy.py checks that it still does): Dynamo then calls ``fn`` once
+    this attribute; tests/test_structure.py checks that it still does): Dynamo then calls ``fn`` once
     while tracing and folds its result in, and eager code calls it as it is."""
     fn._dynamo_marked_constant = True
     return fn
 
 
 @_dynamo_constant
-def record_at_trace_time(layer: str, kernel: str, reason: str) -> int:
-    stats.record(layer, kernel, reason)
+def record_at_trace_time(layer_idx: int, layer: str, kernel: str, reason: str) -> int:
+    stats.record_once(layer_idx, layer, kernel, reason)
     return 0
 
 

@@ -4,10 +4,18 @@ from __future__ import annotations
 from collections import Counter
 
 _counts: Counter = Counter()
+_once: set = set()
 
 
 def record(layer: str, kernel: str, reason: str) -> None:
     _counts[(layer, kernel, reason)] += 1
+
+
+def record_once(key, layer: str, kernel: str, reason: str) -> None:
+    """Count ``key`` (a layer's route in a compiled graph) once, however often Dynamo traces it."""
+    if (key, layer, kernel, reason) not in _once:
+        _once.add((key, layer, kernel, reason))
+        record(layer, kernel, reason)
 
 
 def snapshot() -> list[dict]:
@@ -23,3 +31,4 @@ def total(layer: str | None = None, kernel: str | None = None) -> int:
 
 def reset() -> None:
     _counts.clear()
+    _once.clear()
