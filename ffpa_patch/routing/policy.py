@@ -42,7 +42,8 @@ def account(layer: str, head_dim: int, route: Route, module=None, backend: str |
     stats.record(layer, route.kernel, route.reason)
     if module is not None:
         announce.note(module, backend, layer, route.kernel, route.reason)
-    _enforce(layer, head_dim, route)
+    if current.strict:
+        _enforce(layer, head_dim, route)
 
 
 def account_traced(layer: str, head_dim: int, route: Route, layer_idx: int = -1) -> None:
