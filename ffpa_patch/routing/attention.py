@@ -63,9 +63,7 @@ def route_attention(module, query, key, value, attention_mask, *, backend: str, 
     if compiling:
         return _in_graph(active, facts, route, layer, module, query, key, value, attention_mask, window, call,
                          deterministic, kwargs)
-    layout = None
-    if mask_kind == TENSOR:  # the mask's structure decides dense, varlen, or a fallback
-        route, layout = execute.finish(route, attention_mask, mask_kind, query.shape[0], window, layer.layer_idx, facts.flex_ok)
+    route, layout = execute.finish(route, attention_mask, mask_kind, query.shape[0], window, layer.layer_idx, facts.flex_ok)
     fused = route.fused
     if fused and (call.cast or deterministic):
         route = route.noted(call.note(), policy.determinism_note(active.by_name(route.kernel).repeatable, deterministic))

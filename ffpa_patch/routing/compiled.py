@@ -79,9 +79,6 @@ def _(grad, query, key, value, mask, scale, window, kernel, layer_idx, is_slidin
     return tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (query, key, value))
 
 
-_ARGS = ("scale", "window", "kernel", "layer_idx", "is_sliding", "flex_ok", "deterministic")
-
-
 def _setup_context(ctx, inputs, output):
     query, key, value, mask, *rest = inputs
     ctx.save_for_backward(query, key, value, mask)
@@ -91,7 +88,7 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad):
     query, key, value, mask = ctx.saved_tensors
     dq, dk, dv = torch.ops.ffpa_patch.fused_attention_backward(grad, query, key, value, mask, *ctx.args)
-    return (dq, dk, dv) + (None,) * (1 + len(_ARGS))
+    return (dq, dk, dv) + (None,) * (1 + len(ctx.args))  # no gradient for the mask and the settings
 
 
 fused_attention.register_autograd(_backward, setup_context=_setup_context)

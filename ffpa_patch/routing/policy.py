@@ -1,6 +1,6 @@
 """What happens around a decided route: counting it, saying it once per model, strict mode,
 and the user's global choices (deterministic algorithms, ``sdpa_kernel``). One place, obeyed
-by the eager path, the traced path (at trace time, once per trace) and the custom op (at run
+by the eager path, the traced path (at trace time, once per compiled layer) and the custom op (at run
 time). Imports nothing heavy: ``apply()`` sets strict here without importing torch.
 """
 from __future__ import annotations
