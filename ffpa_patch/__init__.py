@@ -10,11 +10,10 @@ from __future__ import annotations
 import logging
 from typing import Iterable
 
-from .lifecycle import FFPAPatchWarning, Lifecycle, UnsupportedVersionError
-from .patches.explain_off import FFPANotAppliedError
+from .errors import FFPAFallbackError, FFPANotAppliedError, FFPAPatchWarning, UnsupportedVersionError
+from .lifecycle import Lifecycle
 from .patches import ALL as _PATCH_CLASSES
 from .report import Status
-from .routing.policy import FFPAFallbackError
 from .routing import stats as _stats
 
 __all__ = ["apply", "revert", "is_applied", "status", "stats", "reset_stats", "UnsupportedVersionError", "FFPANotAppliedError",

@@ -4,26 +4,18 @@
         "use_reentrant": False, "context_fn": ffpa_patch.checkpointing.context_fn})
 
 With plain checkpointing every FFPA forward runs twice per step (forward, then
-recompute in backward). Here the FFPA forward ops are MUST_SAVE, so the recompute
-reuses their outputs; everything else is recomputed as usual. The ops exist only
-after ``import ffpa_attn.cute``, so they are looked up at each call, never frozen
-at import.
+recompute in backward). Here the forward ops the kernel table names (``Kernel.saved_ops``:
+FFPA's) are MUST_SAVE, so the recompute reuses their outputs; everything else is
+recomputed as usual. The ops are looked up when a step starts, never frozen at import.
 """
 from __future__ import annotations
 
-_OP_NAMES = ("_fwd_cute", "_varlen_fwd_cute")
-
 
 def must_save_ops() -> set:
-    """The FFPA forward overloads registered right now (empty without ffpa-attn)."""
-    import torch
+    """The forward ops the active kernels ask to keep (empty without ffpa-attn)."""
+    from .kernels import active
 
-    from .kernels import ffpa
-
-    if ffpa.import_error() is not None:
-        return set()
-    namespace = torch.ops.ffpa_attn
-    return {getattr(namespace, name).default for name in _OP_NAMES if hasattr(namespace, name)}
+    return set().union(*(kernel.saved_ops() for kernel in active().kernels if kernel.saved_ops is not None))
 
 
 def context_fn():

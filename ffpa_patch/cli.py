@@ -36,10 +36,11 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
     import importlib
 
     import ffpa_patch
+    from ffpa_patch import hf
 
     check = check or bool(config)
     if check:
-        for name in ("transformers.modeling_utils", "transformers.models.gemma4.modeling_gemma4"):
+        for name in hf.modules_to_import():
             try:
                 importlib.import_module(name)  # so status shows what is patched, not "waiting"
             except Exception:
@@ -48,8 +49,7 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
     data = st.as_dict()
     data["checked"] = check
     if check:
-        data["kernels"] = _kernel_report()
-        kernels_run = bool(data["kernels"]) and all(why is None for name, why in data["kernels"].items() if name.startswith("ffpa"))
+        data["kernels"], kernels_run = _kernel_report()
         verdict = "the fused kernels run here" if kernels_run else "the fused kernels cannot run here: see the kernel lines"
         data["transformers_internals"] = _internals()
     else:
@@ -76,6 +76,7 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
         print(json.dumps(data, indent=1))
         return code
     print(st)
+    print(f"  models: Gemma 4 {hf.MODELS}")
     print("  kernels on this machine:" if check else "  kernel packages:")
     for name, why in data["kernels"].items():
         print(f"    {name:<34} {why or 'usable'}")
@@ -93,40 +94,35 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
     return code
 
 
-def _label(name: str) -> str:
-    from ffpa_patch.kernels import PACKAGES, SERVES
-
-    layer, head_dim = SERVES[name]
-    return f"{name} ({PACKAGES[name]}, {layer} layers, D={head_dim})"
-
-
 def _kernel_packages(st) -> dict:
     """What the fast view can say about each kernel package: installed or not (package metadata)."""
-    from ffpa_patch.kernels import PACKAGES
+    from ffpa_patch.kernels import CATALOG
     from ffpa_patch.versions import requirement
 
     found = {v.name: v for v in st.versions}
     rows = {}
-    for name, dist in PACKAGES.items():
-        if dist == "torch":
+    for info in CATALOG:
+        if info.package == "torch":
             continue
-        v = found.get(dist)
-        rows[_label(name)] = f"{v.installed} installed" if v is not None and v.installed else f"not installed (pip install {requirement(dist)})"
+        v = found.get(info.package)
+        rows[info.label] = f"{v.installed} installed" if v is not None and v.installed else f"not installed (pip install {requirement(info.package)})"
     return rows
 
 
-def _kernel_report() -> dict:
-    """Each kernel of the table asked whether it takes a bf16 call of its layer type on this machine."""
+def _kernel_report() -> tuple[dict, bool]:
+    """Each kernel of the table asked whether it takes a bf16 call of its layer type on this machine,
+    and whether one of the full layers' kernels does (what "the fused kernels run here" means)."""
     try:
         import torch
 
-        from ffpa_patch.kernels import SERVES, active
+        from ffpa_patch.kernels import active
+        from ffpa_patch.names import Layer
 
         dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-        kernels = active()
-        return {_label(k.name): k.unsupported(dev, torch.bfloat16, SERVES[k.name][1]) for k in (kernels.full, kernels.sliding, kernels.flex)}
+        rows = {k.info.label: (k.info.serves, k.unsupported(dev, torch.bfloat16, k.info.head_dim)) for k in active().kernels}
+        return {label: why for label, (_, why) in rows.items()}, any(why is None for serves, why in rows.values() if serves == Layer.FULL)
     except Exception as exc:
-        return {"torch": f"not importable ({exc})"}
+        return {"torch": f"not importable ({exc})"}, False
 
 
 def _internals() -> list[str]:

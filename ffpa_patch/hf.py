@@ -1,20 +1,54 @@
 """Every Transformers internal ffpa_patch touches, in one place, imported only when used.
 
-Routing and the patches reach Transformers through these functions alone, so a layout
-change in a new Transformers is one edit here; ``check()`` asks each of them, and
-``ffpa-patch status --check`` reports what it finds before any forward runs.
+Routing, the patches, the CLI and the demo reach Transformers through this module alone
+(tests/test_structure.py checks that nothing else imports it or reads its registries), so a
+layout change in a new Transformers is one edit here. The Gemma 4 layouts are data:
+``FAMILIES`` lists each modeling module with its text-attention class and text config type;
+a new one (say another 12B-style layout) is one more ``Family`` here. ``check()`` asks every
+function below, and ``ffpa-patch status --check`` reports what it finds before a forward runs.
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 from typing import Any, Callable, NamedTuple
 
-GEMMA4 = "transformers.models.gemma4.modeling_gemma4"
-TEXT_ATTENTION = "Gemma4TextAttention"
-TEXT_CONFIG_TYPE = "gemma4_text"  # Gemma4TextConfig.model_type
+MODELING_UTILS = "transformers.modeling_utils"
 #: the keyword arguments of Transformers' mask functions the "ffpa" mask function reads
 MASK_KWARGS = ("q_length", "kv_length", "q_offset", "kv_offset", "attention_mask", "local_size",
-               "allow_is_causal_skip", "config")
+               "allow_is_causal_skip", "allow_is_bidirectional_skip", "config")
+#: what routing reads off a text-attention layer (``status --check`` looks for each in the class)
+LAYER_ATTRIBUTES = ("is_sliding", "layer_idx", "config", "head_dim", "is_causal")
+
+
+class Family(NamedTuple):
+    """One Gemma 4 layout in Transformers: a modeling module with its own text attention."""
+
+    name: str  # the model_type of the whole model
+    label: str  # how ffpa_patch names it to users
+    models: str  # the released checkpoints that load as this family
+    module: str  # the modeling module (post-import hooks target it)
+    attention: str  # its text-attention class
+    text_config: str  # its text config's model_type (what the "ffpa" mask function is handed)
+    causal_lm: str  # its text-only LM class
+    text_config_class: str  # its text config class
+
+    @property
+    def dropin(self) -> str:
+        """The name of the patch that routes this family's models left on "sdpa"."""
+        return f"{self.name}_dropin"
+
+
+GEMMA4 = Family("gemma4", "Gemma4", "31B, 26B-A4B, E2B, E4B", "transformers.models.gemma4.modeling_gemma4",
+                "Gemma4TextAttention", "gemma4_text", "Gemma4ForCausalLM", "Gemma4TextConfig")
+GEMMA4_UNIFIED = Family("gemma4_unified", "Gemma4 12B (gemma4_unified)", "12B", "transformers.models.gemma4_unified.modeling_gemma4_unified",
+                        "Gemma4UnifiedTextAttention", "gemma4_unified_text", "Gemma4UnifiedForCausalLM",
+                        "Gemma4UnifiedTextConfig")
+FAMILIES = (GEMMA4, GEMMA4_UNIFIED)
+TEXT_CONFIG_TYPES = tuple(f.text_config for f in FAMILIES)
+#: the whole Gemma 4 line, as status and the README name it
+MODELS = ", ".join(f.models for f in FAMILIES)
 
 
 # -- registries ---------------------------------------------------------------------------
@@ -58,46 +92,114 @@ def sdpa_attention_module():
     return sdpa_attention
 
 
-# -- Gemma4 -------------------------------------------------------------------------------
-def gemma4_module():
-    import importlib
+def scoped_interface(current) -> Any:
+    """A copy of a modeling module's ``ALL_ATTENTION_FUNCTIONS``: an ``AttentionInterface`` of its
+    own with a local mapping, Transformers' documented way for one model file to override an entry."""
+    scoped = type(current)()
+    scoped._local_mapping.update(getattr(current, "_local_mapping", {}))
+    return scoped
 
-    return importlib.import_module(GEMMA4)
+
+def local_entry(interface, name: str):
+    """The entry ``name`` of an interface's own local mapping (None if it has none)."""
+    return getattr(interface, "_local_mapping", {}).get(name)
 
 
-def eager_attention() -> Callable:
-    return gemma4_module().eager_attention_forward
+# -- Gemma 4 ------------------------------------------------------------------------------
+def family_of(module: Any) -> Family | None:
+    """The Gemma 4 family whose text attention ``module`` is (or subclasses), else None. Read from
+    the type's MRO: no import, and a constant to Dynamo."""
+    for cls in type(module).__mro__:  # plain loops: this runs on every attention call
+        for family in FAMILIES:
+            if cls.__name__ == family.attention and cls.__module__ == family.module:
+                return family
+    return None
 
 
 def is_text_attention(module: Any) -> bool:
-    """A Gemma4 text attention layer (or a subclass). Read from the type's MRO: no import, and a
-    constant to Dynamo."""
-    for cls in type(module).__mro__:  # a plain loop: this runs on every attention call
-        if cls.__name__ == TEXT_ATTENTION and cls.__module__ == GEMMA4:
-            return True
-    return False
+    return family_of(module) is not None
 
 
 def is_text_config(config: Any) -> bool:
-    return getattr(config, "model_type", None) == TEXT_CONFIG_TYPE
+    return getattr(config, "model_type", None) in TEXT_CONFIG_TYPES
 
 
-class Layer(NamedTuple):
-    """What routing reads off a Gemma4 text attention layer (a tuple: this runs on every call)."""
+def family_module(family: Family):
+    return importlib.import_module(family.module)
+
+
+def available_families() -> tuple[Family, ...]:
+    """The families this Transformers has (the 12B's module exists from 5.12)."""
+    found = []
+    for family in FAMILIES:
+        try:
+            if importlib.util.find_spec(family.module) is not None:
+                found.append(family)
+        except ModuleNotFoundError:  # its parent package is missing
+            pass
+    return tuple(found)
+
+
+def modules_to_import() -> tuple[str, ...]:
+    """What ``status --check`` imports so the patches are really applied, not waiting."""
+    return (MODELING_UTILS, *(f.module for f in available_families()))
+
+
+def eager_attention(module: Any) -> Callable:
+    """The eager attention of the module's own modeling file (Transformers' eager "fallback")."""
+    return family_module(family_of(module) or GEMMA4).eager_attention_forward
+
+
+class LayerFacts(NamedTuple):
+    """What routing reads off a Gemma 4 text attention layer (a tuple: this runs on every call)."""
 
     layer_idx: int
     is_sliding: bool
     is_causal: bool
+    window: int | None  # the sliding window Transformers builds this forward's mask with (None: full layer)
+    last: bool  # the model's last decoder layer (the first-forward line is printed there)
 
 
-def layer(module: Any) -> Layer:
-    return Layer(module.layer_idx, bool(module.is_sliding), bool(getattr(module, "is_causal", True)))
+def layer(module: Any) -> LayerFacts:
+    """The window is the config's, read at forward time (``module.sliding_window`` is the copy made
+    when the model was built)."""
+    config = module.config
+    sliding = bool(module.is_sliding)
+    return LayerFacts(module.layer_idx, sliding, bool(getattr(module, "is_causal", True)),
+                      getattr(config, "sliding_window", None) if sliding else None,
+                      module.layer_idx == getattr(config, "num_hidden_layers", 0) - 1)
 
 
-def configured_window(module: Any) -> int | None:
-    """The sliding window Transformers builds this forward's mask with: the config's, read at
-    forward time (``module.sliding_window`` is the copy made when the model was built)."""
-    return getattr(module.config, "sliding_window", None) if module.is_sliding else None
+def config_of(module: Any) -> Any:
+    return getattr(module, "config", None)
+
+
+def attention_layers(text_config) -> list:
+    """Every text-attention layer of a model with this text config, built on the meta device by
+    the installed Transformers (``status --config``): head dims and flags exactly as this version
+    computes them, whatever the config spells (``global_head_dim`` or ``per_layer_config``)."""
+    import torch
+
+    family = next((f for f in FAMILIES if f.text_config == getattr(text_config, "model_type", None)), None)
+    if family is None:
+        raise ValueError(f"not a Gemma 4 text config (model_type {getattr(text_config, 'model_type', None)!r}; "
+                         f"known: {', '.join(TEXT_CONFIG_TYPES)})")
+    cls = getattr(family_module(family), family.attention)
+    with torch.device("meta"):
+        return [cls(text_config, idx) for idx in range(text_config.num_hidden_layers)]
+
+
+def load_text_config(source: str):
+    """A model's text config from a local folder or config.json (never downloads)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(source, local_files_only=True)
+    return getattr(config, "text_config", None) or config
+
+
+def causal_lm(family: Family, **config) -> Any:
+    """A random-weight text LM of ``family`` (the demo's model)."""
+    return getattr(family_module(family), family.causal_lm)(_config_class(family)(**config))
 
 
 class StandIn:
@@ -116,7 +218,8 @@ class StandIn:
 
 # -- status --check -----------------------------------------------------------------------
 def check() -> list[str]:
-    """What ffpa_patch relies on in the installed Transformers and cannot find: [] when all is there."""
+    """What ffpa_patch relies on in the installed Transformers and cannot find: [] when all is there.
+    A family whose module this version lacks is not a problem (the 12B arrived in 5.12)."""
     problems: list[str] = []
 
     def need(what: str, probe: Callable[[], Any]) -> None:
@@ -131,13 +234,22 @@ def check() -> list[str]:
     need("masking_utils.sdpa_mask keywords " + ", ".join(MASK_KWARGS[:-1]),
          lambda: set(MASK_KWARGS[:-1]) <= set(inspect.signature(sdpa_mask()).parameters))
     need("integrations.sdpa_attention.sdpa_attention_forward", lambda: callable(sdpa_attention_module().sdpa_attention_forward))
-    need(f"{GEMMA4}.{TEXT_ATTENTION}", lambda: isinstance(getattr(gemma4_module(), TEXT_ATTENTION), type))
-    need(f"{GEMMA4}.eager_attention_forward", lambda: callable(eager_attention()))
-    need(f"{GEMMA4}.ALL_ATTENTION_FUNCTIONS with a _local_mapping",
-         lambda: isinstance(getattr(gemma4_module().ALL_ATTENTION_FUNCTIONS, "_local_mapping", None), dict))
-    need(f"{TEXT_ATTENTION} attributes is_sliding, layer_idx, config, head_dim",
-         lambda: {"is_sliding", "layer_idx", "config", "head_dim"} <= _assigned(getattr(gemma4_module(), TEXT_ATTENTION)))
+    families = available_families()
+    need(f"{GEMMA4.module}", lambda: GEMMA4 in families)
+    for family in families:
+        need(f"{family.module}.{family.attention}", lambda f=family: isinstance(getattr(family_module(f), f.attention), type))
+        need(f"{family.module}.eager_attention_forward", lambda f=family: callable(family_module(f).eager_attention_forward))
+        need(f"{family.module}.ALL_ATTENTION_FUNCTIONS with a _local_mapping",
+             lambda f=family: isinstance(getattr(family_module(f).ALL_ATTENTION_FUNCTIONS, "_local_mapping", None), dict))
+        need(f"{family.attention} attributes {', '.join(LAYER_ATTRIBUTES)}",
+             lambda f=family: set(LAYER_ATTRIBUTES) <= _assigned(getattr(family_module(f), f.attention)))
+        need(f"{family.text_config_class}.model_type == {family.text_config!r}",
+             lambda f=family: _config_class(f).model_type == f.text_config)
     return problems
+
+
+def _config_class(family: Family) -> type:
+    return getattr(importlib.import_module(family.module.replace("modeling_", "configuration_")), family.text_config_class)
 
 
 def _assigned(cls: type) -> set[str]:

@@ -17,6 +17,7 @@ import warnings
 from typing import Iterable
 
 from . import env, kernels, loud, versions
+from .errors import FFPAPatchWarning, UnsupportedVersionError
 from .patches.explain_off import ExplainOff
 from .registry import APPLIED, NOT_APPLIED, NOT_INSTALLED, PENDING, SKIPPED, UNSUPPORTED, Patch
 from .report import Status
@@ -25,14 +26,6 @@ from .routing import stats as _stats
 from .wrapping import when_imported
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-class UnsupportedVersionError(RuntimeError):
-    """Installed versions are outside the supported range (strict mode)."""
-
-
-class FFPAPatchWarning(UserWarning):
-    pass
 
 
 # What the lifecycle is in, as status().state says it (and `ffpa-patch status` exits by it).
@@ -56,6 +49,19 @@ def _callers_level() -> int:
     while frame is not None and frame.f_code.co_filename.startswith(_HERE):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _module_exists(name: str) -> bool:
+    """Whether ``name``'s source file is installed, found without importing its packages (status()
+    must not import Transformers): its top-level package's folder, then the path below it."""
+    if name in sys.modules:
+        return True
+    top, _, rest = name.partition(".")
+    spec = importlib.util.find_spec(top)
+    if spec is None or not spec.submodule_search_locations:
+        return spec is not None and not rest
+    base = os.path.join(list(spec.submodule_search_locations)[0], *rest.split("."))
+    return not rest or os.path.exists(base + ".py") or os.path.isdir(base)
 
 
 class Lifecycle:
@@ -234,6 +240,8 @@ class Lifecycle:
             top = patch.module.split(".")[0]
             if top not in sys.modules and importlib.util.find_spec(top) is None:
                 state, reason = NOT_INSTALLED, f"{top} is not installed"
+            elif not _module_exists(patch.module):
+                state, reason = NOT_INSTALLED, f"{patch.module} is not in this {top} version"
             else:
                 state, reason = PENDING, f"{patch.module} not imported yet"
         elif patch.name not in self.wanted and not patch.applied and state == "not applied" and self.wanted:

@@ -39,7 +39,12 @@ def fused_kernels_here(proc: str = PROC) -> tuple[bool, str]:
     fused = [g for g in gpus if FUSED_GPUS.search(g)]
     if not fused:
         return False, f"{gpus[0]}: not a Hopper/Blackwell data-center GPU (FFPA runs on sm90/sm100): attention falls back to SDPA"
-    ffpa = versions.check("ffpa-attn")
-    if ffpa.installed is None:
-        return False, f"{fused[0]}, but ffpa-attn is not installed: pip install {versions.requirement('ffpa-attn')}"
-    return True, f"{fused[0]}, ffpa-attn {ffpa.installed}: the fused kernels should run here"
+    from .kernels import packages
+    from .names import Layer
+
+    found = [versions.check(p) for p in packages(Layer.FULL)]
+    usable = [c for c in found if c.installed is not None]
+    if not usable:
+        need = " or ".join(versions.requirement(c.name) for c in found)
+        return False, f"{fused[0]}, but {' / '.join(c.name for c in found)} is not installed: pip install {need}"
+    return True, f"{fused[0]}, {usable[0].name} {usable[0].installed}: the fused kernels should run here"

@@ -30,7 +30,7 @@ class Status:
                   + ("" if v.required or v.installed else " (optional)") for v in self.versions]
         lines.append("  patches:")
         for p in self.patches:
-            lines.append(f"    {p['name']:<16} {p['state']:<20} {p['reason']}")
+            lines.append(f"    {p['name']:<22} {p['state']:<20} {p['reason']}")
             lines += [f"      WARNING: {w}" for w in p.get("warnings", [])]
         if self.routes:
             lines.append("  attention calls (layer -> kernel: reason  count):")

@@ -120,7 +120,7 @@ def test_status_config_shows_the_route_of_each_layer_type(tmp_path):
     full = [r for r in plan["ffpa"] if r["layer"] == "full"]
     assert full == [{"layer": "full", "head_dim": 512, "kernel": "sdpa", "reason": "device cpu (FFPA needs CUDA)", "layers": 1}]
     assert sum(r["layers"] for r in plan["sdpa"] if r["layer"] == "sliding") == 5
-    assert all("flash-attn-4 only (device cpu" in r["reason"] for r in plan["sdpa"] if r["layer"] == "sliding")
+    assert all("device cpu (flash-attn-4 needs CUDA); flex: not on the drop-in path" in r["reason"] for r in plan["sdpa"] if r["layer"] == "sliding")
     sliding = [r for r in plan["ffpa"] if r["layer"] == "sliding"]
     assert all("FlexAttention needs CUDA" in r["reason"] for r in sliding), sliding
 

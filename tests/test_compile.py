@@ -117,13 +117,13 @@ def test_fused_attention_op_falls_back_to_sdpa_for_other_masks(reference_kernels
     mask[4:9, 4:9] = True  # an image block
     mask = mask[None, None]
     stats.reset()
-    out = torch.ops.ffpa_patch.fused_attention(q, k, k, mask, 0.125, None, "ffpa", 5, False, False, False)
+    out = torch.ops.ffpa_patch.fused_attention(q, k, k, mask, 0.125, None, "ffpa", None, 5, False, "")
     torch.testing.assert_close(out, reference.masked(q, k, k, mask, 0.125), atol=1e-5, rtol=1e-4)
     out.sum().backward()
     assert q.grad is not None and k.grad is not None
     assert stats.total("full", "sdpa") == 1
     torch.library.opcheck(torch.ops.ffpa_patch.fused_attention.default,
-                          (q.detach(), k.detach(), k.detach(), mask, 0.125, None, "ffpa", 5, False, False, False))
+                          (q.detach(), k.detach(), k.detach(), mask, 0.125, None, "ffpa", None, 5, False, ""))
 
 
 def _window_mask(n, window, pad=0):
@@ -150,7 +150,8 @@ def test_fused_attention_op_routes_a_sliding_layer_like_eager(case, reference_ke
     mask = None if case == "no mask" else allowed[None, None]
     flex_ok = case.endswith("flex")
     stats.reset()
-    out = torch.ops.ffpa_patch.fused_attention(q, k, k, mask, 0.125, window, "fa4", 0, True, flex_ok, False)
+    settings = (0.125, window, "fa4", "flex" if flex_ok else None, 0, False, "")
+    out = torch.ops.ffpa_patch.fused_attention(q, k, k, mask, *settings)
     expected = reference.masked(q, k, k, allowed[None, None], 0.125)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
     grad = torch.randn_like(out)
@@ -165,7 +166,7 @@ def test_fused_attention_op_routes_a_sliding_layer_like_eager(case, reference_ke
     assert reason is None or row["reason"] == REASON_PREFIX + reason
     if not flex_ok:  # (opcheck's schema check cannot run the vmap inside create_block_mask)
         torch.library.opcheck(torch.ops.ffpa_patch.fused_attention.default,
-                              (q.detach(), k.detach(), k.detach(), mask, 0.125, window, "fa4", 0, True, flex_ok, False))
+                              (q.detach(), k.detach(), k.detach(), mask, *settings))
 
 
 @pytest.mark.parametrize("kind", ["left_pad", "packed"])
@@ -222,7 +223,8 @@ def _real_flex_on_cpu():
     from ffpa_patch.kernels import flex, reference
 
     kernels = reference.kernel_set(fa4=False, fp32=True)
-    return replace(kernels, flex=replace(kernels.flex, unsupported=lambda *args: None, block=flex.attention))
+    real = replace(kernels.by_name("flex"), unsupported=lambda *args: None, block=flex.attention)
+    return replace(kernels, kernels=tuple(real if k.name == "flex" else k for k in kernels.kernels))
 
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,

@@ -1,15 +1,27 @@
 """The pure route decision, branch by branch: eager, refine and in-graph alike."""
 import pytest
 
-from ffpa_patch.routing.decide import (DIRECT, EAGER_REGION, MISSING_MASK, NONE, OP, OPAQUE, PLAIN, TENSOR, CallFacts,
-                                       Route, decide, in_graph, refine, strict_violation)
+from ffpa_patch.kernels import Offer
+from ffpa_patch.names import InGraph, Mask, Shape
+from ffpa_patch.routing.decide import MISSING_MASK, CallFacts, Route, decide, in_graph, refine, strict_violation
 
+DIRECT, EAGER_REGION, OP = InGraph.DIRECT, InGraph.EAGER_REGION, InGraph.OP
+NONE, OPAQUE, PLAIN, TENSOR = Mask.NONE, Mask.OPAQUE, Mask.PLAIN, Mask.TENSOR
 BASE = dict(backend="ffpa", is_sliding=False, is_causal=True, head_dim=512, q_len=8, kv_len=8,
-            mask=PLAIN, dropout=0.0, scaling=1.0, softcap=None, kernel_problem=None, flex_problem=None)
+            mask=PLAIN, dropout=0.0, scaling=1.0, softcap=None)
 
 
-def facts(**kw):
-    return CallFacts(**{**BASE, **kw})
+def facts(kernel_problem=None, flex_problem=None, **kw):
+    """The production table's offers: FFPA for full layers; flash-attn-4 then FlexAttention
+    (which the drop-in never takes) for sliding layers."""
+    kw = {**BASE, **kw}
+    if kw["is_sliding"]:
+        if kw["backend"] == "sdpa":
+            flex_problem = "flex: not on the drop-in path"
+        offers = (Offer("fa4", kernel_problem, False), Offer("flex", flex_problem, True))
+    else:
+        offers = (Offer("ffpa", kernel_problem, False),)
+    return CallFacts(**kw, offers=offers)
 
 
 def route(**kw):
@@ -29,7 +41,7 @@ def route(**kw):
     ({"is_sliding": True, "kernel_problem": "no fa4"}, "flex", "dense causal"),
     ({"is_sliding": True, "kernel_problem": "no fa4", "mask": TENSOR}, "flex", "masked"),
     ({"is_sliding": True, "kernel_problem": "no fa4", "flex_problem": "device cpu"}, "sdpa", "no fa4; device cpu"),
-    ({"backend": "sdpa", "is_sliding": True, "kernel_problem": "no fa4"}, "sdpa", "flash-attn-4 only (no fa4)"),
+    ({"backend": "sdpa", "is_sliding": True, "kernel_problem": "no fa4"}, "sdpa", "no fa4; flex: not on the drop-in path"),
     ({"flex_problem": None, "kernel_problem": "device cpu"}, "sdpa", "device cpu"),  # full layers never take flex
     ({"dropout": 0.1}, "sdpa", "dropout"),
     ({"scaling": None}, "sdpa", "scale"),
@@ -52,19 +64,31 @@ def test_decide(change, kernel, needle):
 
 
 def test_refine():
-    assert refine(Route("ffpa", "masked"), "dense").kernel == "ffpa"
-    assert "varlen" in refine(Route("fa4", "masked"), "varlen").reason
-    assert refine(Route("ffpa", "masked"), "other").kernel == "sdpa"
-    assert refine(Route("fa4", "masked"), "other").kernel == "sdpa"
-    assert refine(Route("fa4", "masked"), "other", flex_takes_it=True).kernel == "flex"
-    assert refine(Route("flex", "masked"), "varlen").kernel == "flex"
+    assert refine(Route("ffpa", "masked"), Shape.DENSE).kernel == "ffpa"
+    assert "varlen" in refine(Route("fa4", "masked"), Shape.VARLEN).reason
+    assert refine(Route("ffpa", "masked"), Shape.OTHER).kernel == "sdpa"
+    assert refine(Route("fa4", "masked"), Shape.OTHER).kernel == "sdpa"
+    assert refine(Route("fa4", "masked"), Shape.OTHER, mask_kernel="flex").kernel == "flex"
+    assert refine(Route("flex", "masked"), Shape.VARLEN).kernel == "flex"
 
 
 def test_flex_only_for_sliding_layers_on_the_ffpa_backend():
-    assert facts(is_sliding=True).flex_ok
-    assert not facts(is_sliding=True, backend="sdpa").flex_ok
-    assert not facts(is_sliding=True, flex_problem="no").flex_ok
-    assert not facts().flex_ok
+    assert facts(is_sliding=True).mask_kernel == "flex"
+    assert facts(is_sliding=True, backend="sdpa").mask_kernel is None
+    assert facts(is_sliding=True, flex_problem="no").mask_kernel is None
+    assert facts().mask_kernel is None
+
+
+def test_the_table_names_the_kernel_in_its_order():
+    """decide takes the first offer that accepts the call, whatever its name; a second
+    full-layer candidate serves when the first refuses."""
+    two = (Offer("full_sm100", "not sm100", False), Offer("ffpa2", None, False))
+    assert decide(CallFacts(**BASE, offers=two)) == Route("ffpa2", "dense causal")
+    first = (Offer("mine", None, False), Offer("ffpa", None, False))
+    assert decide(CallFacts(**BASE, offers=first)).kernel == "mine"
+    none = (Offer("a", "no a", False), Offer("b", "no b", False))
+    assert decide(CallFacts(**BASE, offers=none)) == Route("sdpa", "no a; no b")
+    assert decide(CallFacts(**BASE)).reason == "no kernel in the table serves this layer"
 
 
 @pytest.mark.parametrize("route_, change, traceable, op, bool_mask, mode, kernel", [
@@ -78,7 +102,7 @@ def test_flex_only_for_sliding_layers_on_the_ffpa_backend():
     (Route("ffpa", "masked"), {"mask": TENSOR}, True, False, False, EAGER_REGION, "ffpa"),
 ])
 def test_in_graph(route_, change, traceable, op, bool_mask, mode, kernel):
-    got_mode, got = in_graph(route_, facts(**change), traceable, op, bool_mask)
+    got_mode, got = in_graph(route_, facts(**change), traceable, route_.kernel == "flex", op, bool_mask)
     assert (got_mode, got.kernel) == (mode, kernel)
 
 

@@ -69,19 +69,20 @@ def test_autocast_to_fp32_is_not_a_cast_to_half(patched, strict_kernels):
 
 def test_seam_refuses_what_the_kernels_refuse():
     k = reference.kernel_set()
-    assert k.full.unsupported("cpu", torch.float32, 512) == "dtype torch.float32 (FFPA needs fp16/bf16)"
-    assert k.full.unsupported("cpu", torch.bfloat16, 256) == "head_dim 256 not in 320..512 on sm90"
-    assert k.full.unsupported("cpu", torch.bfloat16, 512) is None
-    assert k.sliding.unsupported("cpu", torch.float16, 512) == "head_dim 512 > 256"
-    assert k.sliding.unsupported("cpu", torch.float32, 128) == "dtype torch.float32 (flash-attn-4 needs fp16/bf16)"
+    full, sliding = k.by_name("ffpa"), k.by_name("fa4")
+    assert full.unsupported("cpu", torch.float32, 512) == "dtype torch.float32 (FFPA needs fp16/bf16)"
+    assert full.unsupported("cpu", torch.bfloat16, 256) == "head_dim 256 not in 320..512 on sm90"
+    assert full.unsupported("cpu", torch.bfloat16, 512) is None
+    assert sliding.unsupported("cpu", torch.float16, 512) == "head_dim 512 > 256"
+    assert sliding.unsupported("cpu", torch.float32, 128) == "dtype torch.float32 (flash-attn-4 needs fp16/bf16)"
     q = torch.zeros(1, 8, 2, 512, dtype=torch.bfloat16)
     with pytest.raises(TypeError, match="share fp16/bf16"):
-        k.full.dense(q, q.float(), q, 0.1)
+        full.dense(q, q.float(), q, 0.1)
     with pytest.raises(ValueError, match="contiguous"):
-        k.full.dense(q, q.transpose(1, 3).contiguous().transpose(1, 3), q, 0.1)
+        full.dense(q, q.transpose(1, 3).contiguous().transpose(1, 3), q, 0.1)
     packed = q[0]
     with pytest.raises(TypeError, match="int32"):
-        k.full.varlen(packed, packed, packed, torch.tensor([0, 8]), 8, 0.1)
+        full.varlen(packed, packed, packed, torch.tensor([0, 8]), 8, 0.1)
 
 
 def _q_proj_grads(model, ids, kw, autocast: torch.dtype | None):

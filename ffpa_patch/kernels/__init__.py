@@ -1,12 +1,15 @@
 """The kernel table: what each fused kernel serves, refuses and can do, behind one seam.
 
-A ``Kernel`` declares its name (the route's name in ``stats()``), the layers it
-serves, why it refuses a call (``unsupported``: device, dtype, head_dim -> reason or
-None), its entry points, whether Dynamo may trace it, and whether its backward is
-repeatable under ``torch.use_deterministic_algorithms(True)``. A ``KernelSet`` is one
-kernel per role: full layers, sliding layers, and FlexAttention for masks the others
-cannot express. Routing reads only this table; adding a kernel is one entry here plus
-its module.
+A ``KernelInfo`` declares what a kernel is, readable without torch (``ffpa-patch status``):
+its name (the route's name in ``stats()``), the distribution that provides it, the layers it
+serves, the head_dim status asks it about, whether it takes any mask (a FlexAttention
+BlockMask: the kernel for masks that dense/varlen cannot express) and which routes may pick
+it. A ``Kernel`` adds what it does: why it refuses a call (``unsupported``: device, dtype,
+head_dim -> reason or None), its entry points, whether Dynamo may trace it, whether its
+backward is repeatable under ``torch.use_deterministic_algorithms(True)``, and the forward ops
+a selective-checkpointing policy keeps. A ``KernelSet`` is an ordered list of kernels: for each
+layer kind, routing takes the first that accepts the call. Routing reads only this table;
+adding a kernel is one entry here plus its module.
 
 ``active()`` is the production set (``cute.kernel_set()``: ffpa-attn, flash-attn-4,
 FlexAttention, all imported lazily). ``use(reference.kernel_set())`` swaps in the fp32
@@ -17,8 +20,8 @@ Entry points, all causal bottom-right aligned (query r sees keys <= r + Nkv - Nq
 ``window`` counting the query itself (Transformers' ``sliding_window``; None: no window):
 - ``dense(q, k, v, scale, window, deterministic)``: ``[B, S, H, D]`` -> ``[B, S, H, D]``
 - ``varlen(q, k, v, cu_seqlens, max_seqlen, scale, window, deterministic)``: ``[T, H, D]``
-- ``block(query, key, value, block_mask, scale)``: ``[B, H, S, D]`` and a FlexAttention
-  BlockMask (built by routing) -> ``[B, S, H, D]``
+- ``block(query, key, value, layout, scale, window)``: ``[B, H, S, D]`` and a ``Layout`` (None:
+  causal + window), any mask the layout describes -> ``[B, S, H, D]``
 
 Nothing here imports torch until a kernel is asked a question.
 """
@@ -27,35 +30,67 @@ from __future__ import annotations
 import functools
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
+
+from ..names import Backend, Layer
 
 #: What a kernel's backward does under torch.use_deterministic_algorithms(True).
 ALWAYS = "always"  # repeatable as it is (checked bit for bit on the GPU: tests/gpu)
 FLAG = "flag"  # repeatable when called with deterministic=True
 NEVER = "not verified"  # not known to be repeatable: such calls fall back
 
-#: kernel name -> the distribution that provides it (``status`` reads this without torch).
-PACKAGES = {"ffpa": "ffpa-attn", "fa4": "flash-attn-4", "flex": "torch"}
-#: kernel name -> (layers it serves, the head_dim ``status --check`` asks it about).
-SERVES = {"ffpa": ("full", 512), "fa4": ("sliding", 256), "flex": ("sliding", 256)}
+BOTH_ROUTES = (Backend.FFPA, Backend.SDPA)
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """What a kernel is, declared once, readable without torch."""
+
+    name: str  # the route's name in stats()
+    package: str  # the distribution that provides it
+    serves: Layer  # FULL or SLIDING
+    head_dim: int  # the head_dim `ffpa-patch status --check` asks it about
+    any_mask: bool = False  # takes any mask (``block``), not only causal + padding/packing
+    routes: tuple = BOTH_ROUTES  # the backends that may pick it
+    why_not_drop_in: str = ""  # why a model left on "sdpa" never gets it (when routes leaves SDPA out)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.package}, {self.serves} layers, D={self.head_dim})"
+
+
+FFPA = KernelInfo("ffpa", "ffpa-attn", Layer.FULL, 512)
+FA4 = KernelInfo("fa4", "flash-attn-4", Layer.SLIDING, 256)
+FLEX = KernelInfo("flex", "torch", Layer.SLIDING, 256, any_mask=True, routes=(Backend.FFPA,),
+                  why_not_drop_in="FlexAttention compiles, which a model left on \"sdpa\" did not ask for")
+#: the production kernels, in order of preference within each layer kind
+CATALOG = (FFPA, FA4, FLEX)
+
+
+def packages(serves: Layer | None = None) -> tuple[str, ...]:
+    """The distributions the catalog's kernels come from (those serving ``serves``), torch aside."""
+    return tuple(dict.fromkeys(k.package for k in CATALOG if k.package != "torch" and serves in (None, k.serves)))
 
 
 @dataclass(frozen=True)
 class Kernel:
-    name: str
+    info: KernelInfo
     unsupported: Callable[..., "str | None"]
     dense: Callable | None = None
     varlen: Callable | None = None
     block: Callable | None = None
-    traceable: bool = False  # Dynamo may trace ``dense`` (else it runs inside the custom op)
+    traceable: bool = False  # Dynamo may trace ``dense``/``block`` (else it runs inside the custom op)
     repeatable: str = NEVER
+    saved_ops: Callable[[], set] | None = None  # the forward ops a selective-checkpointing policy keeps
 
     @property
-    def package(self) -> str:
-        return PACKAGES[self.name]
+    def name(self) -> str:
+        return self.info.name
 
-    def refuses(self, device, dtype, head_dim: int, deterministic: bool) -> str | None:
+    def refuses(self, backend: str, device, dtype, head_dim: int, deterministic: bool) -> str | None:
         """Why this kernel cannot take the call, or None."""
+        if backend not in self.info.routes:
+            return f"{self.name}: not on the drop-in path ({self.info.why_not_drop_in})"
         problem = self.unsupported(device, dtype, head_dim)
         if problem is None and deterministic and self.repeatable == NEVER:
             problem = f"deterministic algorithms requested and {self.name}'s backward is not verified repeatable"
@@ -67,27 +102,32 @@ def switched_off(kernel: Kernel, why: str) -> Kernel:
     return replace(kernel, unsupported=lambda *args: why)
 
 
+class Offer(NamedTuple):
+    """One candidate kernel for one call, as ``decide`` reads it."""
+
+    kernel: str
+    problem: str | None  # why it refuses the call, or None: it takes it
+    any_mask: bool
+
+
 @dataclass(frozen=True)
 class KernelSet:
     name: str
-    full: Kernel
-    sliding: Kernel
-    flex: Kernel
-
-    def for_layer(self, is_sliding: bool) -> Kernel:
-        return self.sliding if is_sliding else self.full
+    kernels: tuple  # Kernel, in order of preference within each layer kind
 
     def by_name(self, name: str) -> Kernel:
-        for kernel in (self.full, self.sliding, self.flex):  # a loop, not a cached dict: Dynamo traces this
+        for kernel in self.kernels:  # a loop, not a cached dict: Dynamo traces this
             if kernel.name == name:
                 return kernel
-        raise KeyError(name)
+        raise KeyError(f"kernel {name!r} is not in the {self.name!r} kernel set")
 
-    def problems(self, is_sliding: bool, device, dtype, head_dim: int, deterministic: bool = False) -> tuple[str | None, str | None]:
-        """(why the layer's kernel refuses, why FlexAttention refuses): what ``decide`` reads."""
-        kernel = self.for_layer(is_sliding).refuses(device, dtype, head_dim, deterministic)
-        flex = self.flex.refuses(device, dtype, head_dim, deterministic) if is_sliding else None
-        return kernel, flex
+    def serving(self, layer: str) -> tuple:
+        return tuple(k for k in self.kernels if k.info.serves == layer)
+
+    def offers(self, layer: str, backend: str, device, dtype, head_dim: int, deterministic: bool = False) -> tuple:
+        """Each kernel serving ``layer``, in order, with why it refuses this call (or None)."""
+        return tuple(Offer(k.name, k.refuses(backend, device, dtype, head_dim, deterministic), k.info.any_mask)
+                     for k in self.kernels if k.info.serves == layer)
 
 
 def machine_fact(fn):

@@ -1,7 +1,7 @@
-"""The production kernel set: ffpa-attn (full layers), flash-attn-4 (sliding layers), FlexAttention."""
+"""The production kernel set: ffpa-attn (full layers), flash-attn-4, then FlexAttention (sliding layers)."""
 from __future__ import annotations
 
-from . import ALWAYS, FLAG, NEVER, Kernel, KernelSet, switched_off
+from . import ALWAYS, FA4, FFPA, FLAG, FLEX, NEVER, Kernel, KernelSet, switched_off
 
 
 def kernel_set(fa4: bool = True) -> KernelSet:
@@ -10,12 +10,12 @@ def kernel_set(fa4: bool = True) -> KernelSet:
     from . import fa4 as fa4_kernels
     from . import ffpa, flex
 
-    sliding = Kernel("fa4", fa4_kernels.unsupported, dense=fa4_kernels.dense, varlen=fa4_kernels.varlen, repeatable=FLAG)
+    sliding = Kernel(FA4, fa4_kernels.unsupported, dense=fa4_kernels.dense, varlen=fa4_kernels.varlen, repeatable=FLAG)
     if not fa4:
         sliding = switched_off(sliding, "flash-attn-4 switched off (kernel_set(fa4=False))")
-    return KernelSet(
-        name="cutedsl",
-        full=Kernel("ffpa", ffpa.unsupported, dense=ffpa.dense, varlen=ffpa.varlen, traceable=True, repeatable=ALWAYS),
-        sliding=sliding,
-        flex=Kernel("flex", flex.unsupported, block=flex.attention, traceable=True, repeatable=NEVER),
-    )
+    return KernelSet("cutedsl", (
+        Kernel(FFPA, ffpa.unsupported, dense=ffpa.dense, varlen=ffpa.varlen, traceable=True, repeatable=ALWAYS,
+               saved_ops=ffpa.forward_ops),
+        sliding,
+        Kernel(FLEX, flex.unsupported, block=flex.attention, traceable=True, repeatable=NEVER),
+    ))

@@ -43,6 +43,19 @@ def unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str 
     return import_error()
 
 
+_FORWARD_OPS = ("_fwd_cute", "_varlen_fwd_cute")
+
+
+def forward_ops() -> set:
+    """The FFPA forward overloads registered right now (empty without ffpa-attn): what a selective
+    checkpointing policy keeps, so the recompute does not run them again. They exist only after
+    ``import ffpa_attn.cute``, so they are looked up at each call, never frozen at import."""
+    if import_error() is not None:
+        return set()
+    namespace = torch.ops.ffpa_attn
+    return {getattr(namespace, name).default for name in _FORWARD_OPS if hasattr(namespace, name)}
+
+
 class FFPADense(torch.autograd.Function):
     """Causal (bottom-right) FFPA over ``[B, S, H, D]`` tensors, saving views only."""
 

@@ -19,6 +19,7 @@ import functools
 
 import torch
 
+from ..names import Shape
 from . import import_problem, machine_fact
 
 # Default flex tiles overflow shared memory above head_dim 256 on Hopper
@@ -48,19 +49,19 @@ def kernel_options(head_dim: int) -> dict | None:
 
 
 def block_mask(layout, batch: int, q_len: int, kv_len: int, window: int | None, device):
-    """The BlockMask for ``layout`` (a ``routing.masks.Layout``, or None for "no mask given").
+    """The BlockMask for ``layout`` (a ``kernels.layout.Layout``, or None for "no mask given").
 
-    Built once per mask (cached on the layout, which is cached per mask tensor)
+    Built once per mask (kept in the layout, which is cached per mask tensor)
     and shared by every sliding layer of the forward.
     """
     if torch.compiler.is_compiling():  # no Python-side caches inside a graph
-        return _build(layout if layout is not None and layout.kind != "dense" else None, batch, q_len, kv_len, window, device)
-    if layout is None or layout.kind == "dense":
+        return _build(layout if layout is not None and layout.kind != Shape.DENSE else None, batch, q_len, kv_len, window, device)
+    if layout is None or layout.kind == Shape.DENSE:
         return _causal_block_mask(q_len, kv_len, window, device)
-    key = (batch, q_len, kv_len, window)
-    if key not in layout.block_masks:
-        layout.block_masks[key] = _build(layout, batch, q_len, kv_len, window, device)
-    return layout.block_masks[key]
+    key = ("flex", batch, q_len, kv_len, window)
+    if key not in layout.built:
+        layout.built[key] = _build(layout, batch, q_len, kv_len, window, device)
+    return layout.built[key]
 
 
 @functools.lru_cache(maxsize=16)
@@ -76,7 +77,7 @@ def _build(layout, batch, q_len, kv_len, window, device):
     # fused block-mask build, no S x S temporaries (inside a compiled graph inductor fuses it anyway)
     compiled = torch.device(device).type == "cuda" and not torch.compiler.is_compiling()
     offset = kv_len - q_len
-    if layout is not None and layout.kind == "other":
+    if layout is not None and layout.kind == Shape.OTHER:
         allowed = layout.allowed
         pick_b = allowed.shape[0] > 1
         pick_h = allowed.shape[1] > 1
@@ -124,10 +125,11 @@ def _compiled():
     return torch.compile(flex_attention, dynamic=None, backend=_counting_inductor)
 
 
-def attention(query, key, value, mask, scale: float):
-    """``[B, H, S, D]`` q/k/v (GQA native) -> ``[B, S, H, D]``."""
+def attention(query, key, value, layout, scale: float, window: int | None):
+    """``[B, H, S, D]`` q/k/v (GQA native) and the mask's layout (None: causal + window) -> ``[B, S, H, D]``."""
     from torch.nn.attention.flex_attention import flex_attention
 
+    mask = block_mask(layout, query.shape[0], query.shape[2], key.shape[2], window, query.device)
     fn = flex_attention if torch.compiler.is_compiling() else _compiled()
     out = fn(query, key, value, block_mask=mask, scale=scale, enable_gqa=query.shape[1] != key.shape[1],
              kernel_options=kernel_options(query.shape[-1]))

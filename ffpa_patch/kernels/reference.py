@@ -5,11 +5,11 @@ optional sliding window; outputs are cast back to the input dtype.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from . import ALWAYS, FLAG, NEVER, Kernel, KernelSet, switched_off
+from . import ALWAYS, FA4, FFPA, FLAG, FLEX, NEVER, Kernel, KernelSet, switched_off
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None) -> torch.Tensor:
@@ -35,11 +35,15 @@ def masked(q, k, v, allowed: torch.Tensor, scale: float) -> torch.Tensor:
         return (probs @ vf).transpose(1, 2).to(q.dtype)
 
 
-def flex(query, key, value, block_mask, scale: float) -> torch.Tensor:
-    """What FlexAttention computes for ``block_mask``: its mask_mod evaluated at every position."""
+def flex(query, key, value, layout, scale: float, window: int | None) -> torch.Tensor:
+    """What FlexAttention computes for ``layout``: the BlockMask the real kernel would build
+    (kernels/flex.py), its mask_mod evaluated at every position."""
     from torch.nn.attention.flex_attention import create_mask
 
+    from . import flex as flex_kernel
+
     b, h, n_q, _ = query.shape
+    block_mask = flex_kernel.block_mask(layout, b, n_q, key.shape[2], window, query.device)
     allowed = create_mask(block_mask.mask_mod, b, h, n_q, key.shape[2], device=query.device)
     return masked(query, key, value, allowed, scale)
 
@@ -73,7 +77,7 @@ class ReferenceSet(KernelSet):
     calls: list = field(default_factory=list, compare=False)
 
 
-def kernel_set(fa4: bool = True, fp32: bool = False) -> ReferenceSet:
+def kernel_set(fa4: bool = True, fp32: bool = False, rename: dict | None = None) -> ReferenceSet:
     """Drop-in for ``cute.kernel_set()`` on any device, refusing what its kernels refuse.
 
     Full layers take what FFPA takes on sm90 (fp16/bf16, 320 <= head_dim <= 512),
@@ -84,7 +88,8 @@ def kernel_set(fa4: bool = True, fp32: bool = False) -> ReferenceSet:
     ``fp32=True`` also takes fp32 q/k/v (and only that): whole-model tests compare an fp32
     model against fp32 eager to 1e-4, which half precision cannot (bf16 logits of the tiny
     test models are ~1% off fp32). Everything that tests which dtype routes where uses
-    the default, which refuses fp32 as the GPU does.
+    the default, which refuses fp32 as the GPU does. ``rename`` (e.g. ``{"ffpa": "full512"}``)
+    gives kernels other names: routing must take whatever the table names.
     """
     dtypes = (*HALF, torch.float32) if fp32 else HALF
     calls: list = []
@@ -120,19 +125,20 @@ def kernel_set(fa4: bool = True, fp32: bool = False) -> ReferenceSet:
             return varlen(q, k, v, cu_seqlens, scale, window)
         return run
 
-    def block(query, key, value, block_mask, scale):
+    def block(query, key, value, layout, scale, window=None):
         if len({query.dtype, key.dtype, value.dtype}) != 1:
             raise TypeError("reference FlexAttention: q/k/v must share one dtype")
-        calls.append(("flex", "block", False))
-        return flex(query, key, value, block_mask, scale)
+        calls.append((names["flex"], "block", False))
+        return flex(query, key, value, layout, scale, window)
 
-    sliding = Kernel("fa4", sliding_unsupported, dense=dense("fa4"), varlen=packed("fa4"), repeatable=FLAG)
+    infos = {"ffpa": FFPA, "fa4": FA4, "flex": FLEX}
+    if rename:
+        infos = {k: replace(info, name=rename[k]) if k in rename else info for k, info in infos.items()}
+    names = {k: info.name for k, info in infos.items()}
+    sliding = Kernel(infos["fa4"], sliding_unsupported, dense=dense(names["fa4"]), varlen=packed(names["fa4"]), repeatable=FLAG)
     if not fa4:
         sliding = switched_off(sliding, "flash-attn-4 not installed (reference kernels, fa4=False)")
-    return ReferenceSet(
-        name="reference",
-        full=Kernel("ffpa", full_unsupported, dense=dense("ffpa"), varlen=packed("ffpa"), traceable=True, repeatable=ALWAYS),
-        sliding=sliding,
-        flex=Kernel("flex", flex_unsupported, block=block, traceable=True, repeatable=NEVER),
-        calls=calls,
-    )
+    full = Kernel(infos["ffpa"], full_unsupported, dense=dense(names["ffpa"]), varlen=packed(names["ffpa"]), traceable=True,
+                  repeatable=ALWAYS)
+    return ReferenceSet("reference", (full, sliding, Kernel(infos["flex"], flex_unsupported, block=block, traceable=True,
+                                                            repeatable=NEVER)), calls=calls)

@@ -1,10 +1,10 @@
 """Patch targets, one module each; ``ALL`` lists them in apply order."""
 from .attention_backend import FFPABackend
-from .gemma4_dropin import Gemma4DropIn
+from .gemma4_dropin import DROPINS
 from .nemo_moe_ring import NemoMoERing
 from .sdpa_repeat_kv import SdpaRepeatKV
 
-ALL = (SdpaRepeatKV, FFPABackend, Gemma4DropIn, NemoMoERing)
+ALL = (SdpaRepeatKV, FFPABackend, *DROPINS, NemoMoERing)
 
 
 def kernels_cannot_run_here() -> list[str]:

@@ -4,7 +4,8 @@ Both registries are written through their class-level mapping (what ``register``
 attention name missing from the mask registry would get ``mask=None`` on every layer,
 silently dropping padding and the sliding window.
 
-For any model that is not Gemma4 text, the mask function is exactly Transformers' own
+For any model that is not Gemma 4 text (``hf.FAMILIES``: the 31B/26B-A4B/E2B/E4B layout and the
+12B's ``gemma4_unified``), the mask function is exactly Transformers' own
 ``sdpa_mask``, and the attention function hands every call to the global "sdpa" entry:
 such a model gets what stock "sdpa" gives it. For Gemma4 text it is ``sdpa_mask`` except that
 - it never skips the mask when q_len != kv_len, so a skipped mask always means aligned
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .. import hf
+from .. import hf, kernels
 from ..registry import Patch
 from ..wrapping import Undo, set_mapping_entry
 
@@ -73,14 +74,14 @@ def plain_sliding_window(kw: dict) -> bool:
 
 class FFPABackend(Patch):
     name = "ffpa_backend"
-    dependencies = ("transformers", "torch", "ffpa-attn", "flash-attn-4")
-    module = "transformers.modeling_utils"
+    dependencies = ("transformers", "torch", *kernels.packages())
+    module = hf.MODELING_UTILS
     summary = 'attn_implementation="ffpa": FFPA full layers, flash-attn-4 sliding layers, exact fallbacks'
 
     def is_needed(self, module: Any) -> tuple[bool, str]:
-        for interface in (hf.attention_interface(), hf.mask_interface()):
-            if BACKEND in interface._global_mapping:
-                raise RuntimeError(f"{interface.__name__} already has a {BACKEND!r} entry that is not ours")
+        for what, registry in (("AttentionInterface", hf.attention_registry()), ("AttentionMaskInterface", hf.mask_registry())):
+            if BACKEND in registry:
+                raise RuntimeError(f"{what} already has a {BACKEND!r} entry that is not ours")
         return True, 'registers attn_implementation="ffpa"'
 
     def warnings(self) -> list[str]:

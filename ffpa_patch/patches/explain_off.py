@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .. import hf
+from ..errors import FFPANotAppliedError
 from ..registry import Patch, TargetNotFound
 from ..wrapping import Undo, wrap_attribute
 
@@ -17,13 +19,9 @@ BACKEND = "ffpa"
 METHOD = "PreTrainedModel.get_correct_attn_implementation"
 
 
-class FFPANotAppliedError(ValueError):
-    """attn_implementation="ffpa" was asked for while ffpa_patch is imported but off."""
-
-
 class ExplainOff(Patch):
     name = "explain_off"
-    module = "transformers.modeling_utils"
+    module = hf.MODELING_UTILS
     summary = 'attn_implementation="ffpa" while ffpa_patch is off: an error that says why'
 
     def __init__(self, reason: Callable[[], str]):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .. import hf
 from ..registry import Patch, TargetNotFound
 from ..wrapping import Undo, wrap_attribute
 
@@ -55,9 +56,7 @@ class NemoMoERing(Patch):
 
         if ffpa.import_error():
             found.append(f"cp_full_attn_backend: ffpa has no effect here: {ffpa.import_error()}")
-        from transformers.modeling_utils import AttentionInterface
-
-        sdpa = AttentionInterface._global_mapping.get("sdpa")
+        sdpa = hf.attention_registry().get("sdpa")
         if getattr(sdpa, "__name__", "") == "sdpa_fp32_attention_forward":
             found.append("NeMo's fp32 SDPA override is active: attention inputs become fp32, which FFPA cannot take")
         return found

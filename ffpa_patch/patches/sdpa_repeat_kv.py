@@ -77,7 +77,7 @@ def make_fixed_sdpa(repeat_kv: Callable) -> Callable:
 
 class SdpaRepeatKV(Patch):
     name = "sdpa_repeat_kv"
-    module = "transformers.modeling_utils"
+    module = hf.MODELING_UTILS
     summary = "repeat K/V instead of enable_gqa for head_dim > 256 (Transformers 5.5-5.12 MATH-kernel fix)"
 
     def is_needed(self, module: Any) -> tuple[bool, str]:

@@ -2,7 +2,8 @@
 
 Collected per config object while the first forward runs, printed when its
 last decoder layer has been routed, e.g.
-``ffpa_patch: Gemma4 model (ffpa): 1 full -> ffpa (dense causal); 5 sliding -> fa4 (dense causal)``.
+``ffpa_patch: Gemma4 model (ffpa): 1 full -> ffpa (dense causal); 5 sliding -> fa4 (dense causal)``
+(``Gemma4 12B (gemma4_unified) model`` for the 12B).
 Goes to the ``ffpa_patch`` logger at INFO, or to stderr when logging is not configured.
 """
 from __future__ import annotations
@@ -16,19 +17,19 @@ _done: dict[int, weakref.ref] = {}
 _pending: dict[int, Counter] = {}
 
 
-def note(module, backend: str, layer: str, kernel: str, reason: str) -> None:
-    config = getattr(module, "config", None)
+def note(config, last: bool, backend: str, family: str, layer: str, kernel: str, reason: str) -> None:
+    """One call of a model's first forward; ``last``: its last decoder layer (the line is printed)."""
     key = id(config)
     ref = _done.get(key)
     if config is None or (ref is not None and ref() is config):
         return
     seen = _pending.setdefault(key, Counter())
     seen[(layer, kernel, reason)] += 1
-    if getattr(module, "layer_idx", None) == getattr(config, "num_hidden_layers", 0) - 1:
+    if last:
         _done[key] = weakref.ref(config)
         del _pending[key]
         parts = "; ".join(f"{n} {lay} -> {ker} ({why})" for (lay, ker, why), n in sorted(seen.items()))
-        emit(f"ffpa_patch: Gemma4 model ({backend}): {parts}")
+        emit(f"ffpa_patch: {family} model ({backend}): {parts}")
 
 
 def emit(msg: str) -> None:

@@ -1,22 +1,28 @@
-"""The attention function behind the "ffpa" backend and the Gemma4 drop-in.
+"""The attention function behind the "ffpa" backend and the Gemma 4 drop-in.
 
-Reads top to bottom: facts -> decide -> (inside a graph: in_graph) -> finish (the mask's
-structure) -> policy (stats, strict) -> kernel or fallback. A module that is not Gemma4
-text attention (another model put on "ffpa", a vision tower) gets exactly what stock "sdpa"
-gives it.
+One way through for every call: read the call's facts -> route it (decide; then, in eager
+code, read the mask and refine; while Dynamo traces, ``in_graph``) -> account for it once
+(stats, the first-forward line, strict) -> dispatch it once (a table kernel, the custom op,
+or the fallback). A module that is not Gemma 4 text attention (another model put on "ffpa",
+a vision tower) gets exactly what stock "sdpa" gives it.
 """
 from __future__ import annotations
 
 import sys
+from typing import Any, NamedTuple
 
 import torch
 
 from .. import hf, kernels
+from ..errors import FFPAFallbackError
+from ..kernels import Offer
+from ..kernels.layout import Layout
+from ..names import Backend, InGraph, Layer, Mask, Shape
 from . import compiled, execute, masks, policy, precision
-from .decide import (BACKEND_SDPA, DIRECT, EAGER_REGION, FLEX, PLAIN, REFUSE, SDPA, TENSOR, CallFacts, Route, decide,
-                     in_graph)
+from .decide import REFUSE, SDPA, CallFacts, Route, decide, in_graph
 
 _CP_MODULE = "torch.distributed.tensor.experimental._context_parallel._attention"
+IN_OP_ROUTE = "custom op (the mask is read at run time)"
 
 
 def context_parallel_active(query: torch.Tensor) -> bool:
@@ -27,86 +33,122 @@ def context_parallel_active(query: torch.Tensor) -> bool:
     return type(query).__name__ == "DTensor"
 
 
+class Call(NamedTuple):
+    """One attention call as routing carries it from reading to dispatch."""
+
+    module: Any
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    mask: Any
+    kwargs: dict  # dropout, scaling, sliding_window, softcap, ...: reach a fallback exactly as given
+    backend: Backend
+    compiling: bool
+    kind: Layer
+    facts: CallFacts | None = None  # None: not Gemma 4 text attention
+    layer: hf.LayerFacts | None = None
+    family: hf.Family | None = None
+    precision: precision.Precision | None = None
+    deterministic: bool = False
+    window: int | None = None  # the window the kernels apply (the mask function's, else the config's)
+
+
 def route_attention(module, query, key, value, attention_mask, *, backend: str, **kwargs):
-    """Transformers' attention signature: q/k/v ``[B, H, S, D]``; returns ``([B, S, H, D], weights)``.
-    ``kwargs`` (dropout, scaling, sliding_window, softcap, ...) reach a fallback exactly as given."""
+    """Transformers' attention signature: q/k/v ``[B, H, S, D]``; returns ``([B, S, H, D], weights)``."""
+    call = read(module, query, key, value, attention_mask, backend, kwargs)
+    route, how, layout = choose(call)
+    if how != InGraph.EAGER_REGION:  # the eager region counts the call itself
+        _account(call, route)
+    return dispatch(call, route, how, layout)
+
+
+def read(module, query, key, value, mask, backend: str, kwargs: dict) -> Call:
     compiling = torch.compiler.is_compiling()
-    if not hf.is_text_attention(module):
-        _account(compiling, module, backend, "other", query.shape[-1],
-                 Route(SDPA, f"{type(module).__name__} is not Gemma4 text attention: stock sdpa, stock mask"), -1)
-        return execute.fallback(Route(SDPA, ""), module, query, key, value, attention_mask, kwargs)
+    family = hf.family_of(module)
+    if family is None:
+        return Call(module, query, key, value, mask, kwargs, backend, compiling, Layer.OTHER)
     layer = hf.layer(module)
-    active = kernels.active()
-    call = precision.of_call(query, key, value)  # autocast: the dtype SDPA would have run in
+    kind = Layer.SLIDING if layer.is_sliding else Layer.FULL
+    call_precision = precision.of_call(query, key, value)  # autocast: the dtype SDPA would have run in
     deterministic = policy.deterministic()
-    mask_kind, mask_note = masks.kind_of(attention_mask)
+    mask_kind, mask_note = masks.kind_of(mask)
     head_dim = query.shape[-1]
-    if call.problem:  # q/k/v dtypes that no kernel takes
-        kernel_problem, flex_problem = call.problem, call.problem if layer.is_sliding else None
+    active = kernels.active()
+    if call_precision.problem:  # q/k/v dtypes that no kernel takes
+        offers = tuple(Offer(k.name, call_precision.problem, k.info.any_mask) for k in active.serving(kind))
     else:
-        kernel_problem, flex_problem = active.problems(layer.is_sliding, query.device, call.dtype, head_dim, deterministic)
+        offers = active.offers(kind, backend, query.device, call_precision.dtype, head_dim, deterministic)
     facts = CallFacts(
         backend=backend, is_sliding=layer.is_sliding, is_causal=layer.is_causal, head_dim=head_dim,
         q_len=query.shape[2], kv_len=key.shape[2], mask=mask_kind, mask_note=mask_note,
         dropout=kwargs.get("dropout", 0.0), scaling=kwargs.get("scaling"), softcap=kwargs.get("softcap"),
-        kernel_problem=kernel_problem, flex_problem=flex_problem, context_parallel=context_parallel_active(query),
-        sdpa_pinned=policy.sdpa_pinned() if backend == BACKEND_SDPA else None,
+        offers=offers, context_parallel=context_parallel_active(query),
+        sdpa_pinned=policy.sdpa_pinned() if backend == Backend.SDPA else None,
     )
+    window = mask.window if mask_kind == Mask.PLAIN else layer.window
+    return Call(module, query, key, value, mask, kwargs, backend, compiling, kind, facts, layer, family,
+                call_precision, deterministic, window)
+
+
+def choose(call: Call) -> tuple[Route, InGraph, Layout | None]:
+    """The route, how it runs (in eager code always DIRECT) and the mask's layout where it was read."""
+    if call.facts is None:
+        return Route(SDPA, f"{type(call.module).__name__} is not Gemma4 text attention: stock sdpa, stock mask"), InGraph.DIRECT, None
+    facts = call.facts
     route = decide(facts)
-    if route.kernel == REFUSE:
-        raise RuntimeError(route.reason)
-    kind = "sliding" if layer.is_sliding else "full"
     if not route.fused:
-        _account(compiling, module, backend, kind, head_dim, route, layer.layer_idx)
-        return execute.fallback(route, module, query, key, value, attention_mask, kwargs)
-    window = attention_mask.window if mask_kind == PLAIN else hf.configured_window(module)
-    if compiling:
-        return _in_graph(active, facts, route, layer, module, query, key, value, attention_mask, window, call,
-                         deterministic, kwargs)
-    route, layout = execute.finish(route, attention_mask, mask_kind, query.shape[0], window, layer.layer_idx, facts.flex_ok)
-    fused = route.fused
-    if fused and (call.cast or deterministic):
-        route = route.noted(call.note(), policy.determinism_note(active.by_name(route.kernel).repeatable, deterministic))
-    _account(compiling, module, backend, kind, head_dim, route, layer.layer_idx)
-    if not fused:
-        return execute.fallback(route, module, query, key, value, attention_mask, kwargs)
-    q, k, v = precision.cast(call, query, key, value)
-    out = execute.run(active, route, layout, q, k, v, kwargs["scaling"], window, deterministic)
-    return (execute.first_order_only(out) if out.requires_grad else out), None
-
-
-def _account(compiling: bool, module, backend: str, kind: str, head_dim: int, route: Route, layer_idx: int) -> None:
-    if compiling:
-        policy.account_traced(kind, head_dim, route, layer_idx)
-    else:
-        policy.account(kind, head_dim, route, module=module if kind != "other" else None, backend=backend)
-
-
-def _in_graph(active, facts: CallFacts, route: Route, layer, module, query, key, value, mask, window, call,
-              deterministic: bool, kwargs: dict):
-    """A fused route while Dynamo traces (routing/decide.py ``in_graph`` says how it runs)."""
-    mode, route = in_graph(route, facts, active.by_name(route.kernel).traceable, compiled.AVAILABLE,
-                           isinstance(mask, torch.Tensor) and mask.dtype == torch.bool)
-    if mode == EAGER_REGION:  # e.g. a float mask without the op: one graph break
-        return _route_eagerly(module, query, key, value, mask, backend=facts.backend, **kwargs)
-    kind = "sliding" if layer.is_sliding else "full"
-    q, k, v = precision.cast(call, query, key, value)
-    scale = kwargs["scaling"]
-    if mode == DIRECT:
+        return route, InGraph.DIRECT, None
+    active = kernels.active()
+    if call.compiling:
+        kernel = active.by_name(route.kernel)
+        bool_mask = isinstance(call.mask, torch.Tensor) and call.mask.dtype == torch.bool
+        how, route = in_graph(route, facts, kernel.traceable, kernel.info.any_mask, compiled.AVAILABLE, bool_mask)
         layout = None
-        if route.kernel == FLEX and facts.mask == TENSOR:  # the bool mask as given, a real buffer for Inductor
-            layout = masks.Layout("other", allowed=torch.ops.ffpa_patch.materialize(mask))
-        route = route.noted(call.note(), policy.determinism_note(active.by_name(route.kernel).repeatable, deterministic))
-        policy.account_traced(kind, facts.head_dim, route, layer.layer_idx)
-        return execute.run(active, route, layout, q, k, v, scale, window, deterministic), None
-    policy.account_traced(kind, facts.head_dim, Route(route.kernel, "custom op (the mask is read at run time)"), layer.layer_idx)
-    tensor_mask = mask if facts.mask == TENSOR else None  # None: causal (+ window), bottom-right
-    out = torch.ops.ffpa_patch.fused_attention(q, k, v, tensor_mask, scale, window, route.kernel, layer.layer_idx,
-                                               layer.is_sliding, facts.flex_ok, deterministic)
-    return out, None
+        if how == InGraph.DIRECT and facts.mask == Mask.TENSOR:  # the bool mask as given, a real buffer for Inductor
+            layout = Layout(Shape.OTHER, allowed=torch.ops.ffpa_patch.materialize(call.mask))
+        elif how == InGraph.OP:
+            route = Route(route.kernel, IN_OP_ROUTE)
+        return _noted(call, route, active), how, layout
+    route, layout = execute.finish(route, call.mask, facts.mask, call.query.shape[0], call.window, call.layer.layer_idx,
+                                   facts.mask_kernel)
+    if route.fused and (call.precision.cast or call.deterministic):
+        route = _noted(call, route, active)
+    return route, InGraph.DIRECT, layout
+
+
+def _noted(call: Call, route: Route, active) -> Route:
+    kernel = active.by_name(route.kernel)
+    return route.noted(call.precision.note(), policy.determinism_note(kernel.repeatable, call.deterministic))
+
+
+def _account(call: Call, route: Route) -> None:
+    where = policy.TRACED if call.compiling else policy.EAGER_CALL
+    if call.layer is None:
+        policy.account(call.kind, call.query.shape[-1], route, where=where)
+        return
+    announce_as = None if call.compiling else (hf.config_of(call.module), call.layer.last, call.backend, call.family.label)
+    policy.account(call.kind, call.facts.head_dim, route, where=where, layer_idx=call.layer.layer_idx, announce_as=announce_as)
+
+
+def dispatch(call: Call, route: Route, how: InGraph, layout: Layout | None):
+    if route.kernel == REFUSE:
+        raise FFPAFallbackError(route.reason)
+    if not route.fused:
+        is_causal = call.layer.is_causal if call.layer is not None else True
+        return execute.fallback(route, call.module, call.query, call.key, call.value, call.mask, call.kwargs, is_causal)
+    if how == InGraph.EAGER_REGION:  # e.g. a float mask without the op: one graph break
+        return _route_eagerly(call.module, call.query, call.key, call.value, call.mask, backend=call.backend, **call.kwargs)
+    q, k, v = precision.cast(call.precision, call.query, call.key, call.value)
+    scale = call.kwargs["scaling"]
+    if how == InGraph.OP:
+        mask = call.mask if call.facts.mask == Mask.TENSOR else None  # None: causal (+ window), bottom-right
+        out = torch.ops.ffpa_patch.fused_attention(q, k, v, mask, scale, call.window, route.kernel, call.facts.mask_kernel,
+                                                   call.layer.layer_idx, call.deterministic, call.precision.note() or "")
+        return out, None
+    out = execute.run(kernels.active(), route, layout, q, k, v, scale, call.window, call.deterministic)
+    return (out if call.compiling else execute.first_order_only(out)), None
 
 
 @torch.compiler.disable
 def _route_eagerly(*args, **kwargs):
     return route_attention(*args, **kwargs)
-

@@ -18,8 +18,9 @@ from typing import Optional
 import torch
 
 from .. import hf, kernels
+from ..names import Mask
 from . import execute, policy
-from .decide import PLAIN, TENSOR, Route
+from .decide import DENSE_CAUSAL, Route
 
 # The backward op recomputes under autograd; a custom op's body runs with autograd's
 # dispatch keys excluded, and only these (private) torch APIs re-include them.
@@ -34,14 +35,17 @@ def _autograd_inside_op():
         yield
 
 
-def _forward(query, key, value, mask, scale: float, window: Optional[int], kernel: str, layer_idx: int,
-             is_sliding: bool, flex_ok: bool, deterministic: bool, record: bool) -> torch.Tensor:
-    route, layout = execute.finish(Route(kernel, "dense causal"), mask, PLAIN if mask is None else TENSOR,
-                                   query.shape[0], window, layer_idx, flex_ok)
+def _forward(query, key, value, mask, scale: float, window: Optional[int], kernel: str, mask_kernel: Optional[str],
+             layer_idx: int, deterministic: bool, cast_note: str, record: bool) -> torch.Tensor:
+    active = kernels.active()
+    route, layout = execute.finish(Route(kernel, DENSE_CAUSAL), mask, Mask.PLAIN if mask is None else Mask.TENSOR,
+                                   query.shape[0], window, layer_idx, mask_kernel)
     if record:
-        policy.account("sliding" if is_sliding else "full", query.shape[-1], Route(route.kernel, policy.IN_OP + route.reason))
+        repeatable = active.by_name(route.kernel).repeatable if route.fused else None
+        noted = route.noted(cast_note or None, policy.determinism_note(repeatable, deterministic) if route.fused else None)
+        policy.account(active.by_name(kernel).info.serves, query.shape[-1], noted, where=policy.IN_OP, layer_idx=layer_idx)
     if route.fused:
-        return execute.run(kernels.active(), route, layout, query, key, value, scale, window, deterministic).contiguous()
+        return execute.run(active, route, layout, query, key, value, scale, window, deterministic).contiguous()
     stand_in = hf.StandIn(query.shape[1], key.shape[1], layer_idx, window)
     out, _ = execute.fallback(route, stand_in, query, key, value, mask, {"dropout": 0.0, "scaling": scale, "sliding_window": window})
     return out.contiguous()
@@ -49,15 +53,18 @@ def _forward(query, key, value, mask, scale: float, window: Optional[int], kerne
 
 @torch.library.custom_op("ffpa_patch::fused_attention", mutates_args=())
 def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
-                    scale: float, window: Optional[int], kernel: str, layer_idx: int, is_sliding: bool,
-                    flex_ok: bool, deterministic: bool) -> torch.Tensor:
-    """``[B, H, S, D]`` q/k/v and a 4-D mask (or None: causal + window, bottom-right) -> ``[B, S, H, D]`` (contiguous)."""
+                    scale: float, window: Optional[int], kernel: str, mask_kernel: Optional[str], layer_idx: int,
+                    deterministic: bool, cast_note: str) -> torch.Tensor:
+    """``[B, H, S, D]`` q/k/v and a 4-D mask (or None: causal + window, bottom-right) -> ``[B, S, H, D]``
+    (contiguous); ``kernel``: the route decided while tracing, ``mask_kernel``: the table kernel for
+    masks it cannot express; ``cast_note``: the autocast note of the traced route."""
     with torch.no_grad():
-        return _forward(query, key, value, mask, scale, window, kernel, layer_idx, is_sliding, flex_ok, deterministic, record=True)
+        return _forward(query, key, value, mask, scale, window, kernel, mask_kernel, layer_idx, deterministic, cast_note,
+                        record=True)
 
 
 @fused_attention.register_fake
-def _(query, key, value, mask, scale, window, kernel, layer_idx, is_sliding, flex_ok, deterministic):
+def _(query, key, value, mask, *settings):
     b, h, s, _ = query.shape
     return query.new_empty(b, s, h, value.shape[-1])
 
@@ -65,30 +72,30 @@ def _(query, key, value, mask, scale, window, kernel, layer_idx, is_sliding, fle
 @torch.library.custom_op("ffpa_patch::fused_attention_backward", mutates_args=())
 def fused_attention_backward(grad: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                              mask: Optional[torch.Tensor], scale: float, window: Optional[int], kernel: str,
-                             layer_idx: int, is_sliding: bool, flex_ok: bool,
-                             deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                             mask_kernel: Optional[str], layer_idx: int, deterministic: bool,
+                             cast_note: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     with _autograd_inside_op():
         q, k, v = (t.detach().requires_grad_() for t in (query, key, value))
-        out = _forward(q, k, v, mask, scale, window, kernel, layer_idx, is_sliding, flex_ok, deterministic, record=False)
+        out = _forward(q, k, v, mask, scale, window, kernel, mask_kernel, layer_idx, deterministic, cast_note, record=False)
         grads = torch.autograd.grad(out, (q, k, v), grad)
     return tuple(g.contiguous() for g in grads)
 
 
 @fused_attention_backward.register_fake
-def _(grad, query, key, value, mask, scale, window, kernel, layer_idx, is_sliding, flex_ok, deterministic):
+def _(grad, query, key, value, mask, *settings):
     return tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (query, key, value))
 
 
 def _setup_context(ctx, inputs, output):
-    query, key, value, mask, *rest = inputs
+    query, key, value, mask, *settings = inputs
     ctx.save_for_backward(query, key, value, mask)
-    ctx.args = rest
+    ctx.settings = settings
 
 
 def _backward(ctx, grad):
     query, key, value, mask = ctx.saved_tensors
-    dq, dk, dv = torch.ops.ffpa_patch.fused_attention_backward(grad, query, key, value, mask, *ctx.args)
-    return (dq, dk, dv) + (None,) * (1 + len(ctx.args))  # no gradient for the mask and the settings
+    dq, dk, dv = torch.ops.ffpa_patch.fused_attention_backward(grad, query, key, value, mask, *ctx.settings)
+    return (dq, dk, dv) + (None,) * (1 + len(ctx.settings))  # no gradient for the mask and the settings
 
 
 fused_attention.register_autograd(_backward, setup_context=_setup_context)

@@ -2,21 +2,22 @@
 
 ``decide`` routes a call before anyone looks inside its mask; ``refine`` finishes a fused
 route once the mask's structure is known; ``in_graph`` says how a route runs inside a
-compiled graph. Kept free of tensors so every branch is tested without a model, and so
-the same reasons appear in ``stats()``, ``status()`` and strict-mode errors.
+compiled graph. The kernels are whatever the kernel table offers for the layer, in its order
+(``CallFacts.offers``): a route names a table kernel or a ``Fallback``, never a kernel of its
+own choosing. Kept free of tensors so every branch is tested without a model, and so the
+same reasons appear in ``stats()``, ``status()`` and strict-mode errors.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-FFPA, FA4, FLEX, SDPA, EAGER, REFUSE = "ffpa", "fa4", "flex", "sdpa", "eager", "refuse"
-FUSED = (FFPA, FA4, FLEX)
-BACKEND_FFPA, BACKEND_SDPA = "ffpa", "sdpa"  # the registered backend; the drop-in on a model left on "sdpa"
+from ..names import Backend, Fallback, InGraph, Mask, Shape
 
-#: what arrives as the mask (routing/masks.py tells them apart)
-NONE, PLAIN, TENSOR, OPAQUE = "none", "plain causal", "tensor", "opaque"
+SDPA, EAGER, REFUSE = Fallback.SDPA, Fallback.EAGER, Fallback.REFUSE
 
 DECODE = "decode (q_len == 1)"
+DENSE_CAUSAL = "dense causal"
+TO_ANALYSE = "masked (to analyse)"
 CP_REASON = "torch context parallel active (its ring runs SDPA)"
 CP_MESSAGE = (
     'ffpa_patch: attn_implementation="ffpa" cannot run under torch context parallelism (its ring '
@@ -33,13 +34,14 @@ MISSING_MASK = (
 
 @dataclass(frozen=True)
 class Route:
-    kernel: str
+    kernel: str  # a table kernel's name, or a Fallback
     reason: str
     chosen: bool = False  # the call's or the user's own choice (decode, CP, sdpa_kernel), not a missed chance
 
     @property
     def fused(self) -> bool:
-        return self.kernel in FUSED
+        """A kernel of the table (anything but a Fallback)."""
+        return self.kernel not in (SDPA, EAGER, REFUSE)
 
     def noted(self, *notes: str | None) -> Route:
         """The route with notes (an autocast cast, deterministic mode) added to its reason."""
@@ -49,36 +51,37 @@ class Route:
 
 @dataclass(frozen=True)
 class CallFacts:
-    backend: str  # BACKEND_FFPA or BACKEND_SDPA (the drop-in)
+    backend: Backend
     is_sliding: bool
     is_causal: bool
     head_dim: int
     q_len: int
     kv_len: int
-    mask: str  # masks.kind_of: NONE, PLAIN, TENSOR or OPAQUE
+    mask: Mask
     dropout: float
     scaling: float | None
     softcap: float | None
-    kernel_problem: str | None  # why the layer's kernel (FFPA full, flash-attn-4 sliding) refuses, or None
-    flex_problem: str | None  # why FlexAttention refuses, or None
+    offers: tuple = ()  # kernels.Offer per table kernel serving this layer, in the table's order
     mask_note: str | None = None  # why an OPAQUE mask is handed over as given
     context_parallel: bool = False
     sdpa_pinned: str | None = None  # the SDPA backends a user's sdpa_kernel(...) leaves on, or None
 
     @property
-    def flex_ok(self) -> bool:
-        """FlexAttention serves sliding layers on the "ffpa" backend only: it compiles, which a
-        user who left the model on "sdpa" did not ask for."""
-        return self.is_sliding and self.backend == BACKEND_FFPA and self.flex_problem is None
+    def mask_kernel(self) -> str | None:
+        """The first kernel that takes this call with any mask (FlexAttention), or None."""
+        for offer in self.offers:
+            if offer.any_mask and offer.problem is None:
+                return offer.kernel
+        return None
 
 
 def decide(f: CallFacts) -> Route:
     """Route before looking inside the mask; ``refine`` finishes the job for TENSOR masks."""
     if f.context_parallel:
-        if f.backend == BACKEND_FFPA:
+        if f.backend == Backend.FFPA:
             return Route(REFUSE, CP_MESSAGE)
         return Route(SDPA, CP_REASON, chosen=True)
-    if f.is_causal and f.mask == NONE and f.backend == BACKEND_FFPA:
+    if f.is_causal and f.mask == Mask.NONE and f.backend == Backend.FFPA:
         return Route(REFUSE, MISSING_MASK)
     if f.softcap:
         return Route(EAGER, "attention softcap (no fused kernel here supports it)")
@@ -86,69 +89,63 @@ def decide(f: CallFacts) -> Route:
         return Route(SDPA, DECODE, chosen=True)
     if not f.is_causal:
         return Route(SDPA, "bidirectional attention (module.is_causal is False)")
-    if f.backend == BACKEND_SDPA and f.sdpa_pinned:
+    if f.backend == Backend.SDPA and f.sdpa_pinned:
         return Route(SDPA, f"sdpa_kernel() pins SDPA to {f.sdpa_pinned}", chosen=True)
     if f.dropout:
         return Route(SDPA, "attention dropout > 0")
     if f.scaling is None:
         return Route(SDPA, "no explicit softmax scale")
-    if f.mask == OPAQUE:
+    if f.mask == Mask.OPAQUE:
         return Route(SDPA, f.mask_note or "mask handed over as given")
     if f.q_len > f.kv_len:
         return Route(SDPA, "q_len > kv_len")
-    if f.q_len != f.kv_len and f.mask != PLAIN:
+    if f.q_len != f.kv_len and f.mask != Mask.PLAIN:
         # Only the "ffpa" mask function's CausalMask says bottom-right causal (KV-shared layers
         # sliced to logits_to_keep), which the kernels implement; a None from stock's sdpa_mask
         # means SDPA's top-left is_causal, and a tensor here comes with a cache.
         return Route(SDPA, "q_len != kv_len (cache or chunked prefill)")
-    if not f.kernel_problem:
-        kernel = FA4 if f.is_sliding else FFPA
-    elif f.flex_ok:
-        kernel = FLEX  # sliding layer without flash-attn-4
-    elif f.is_sliding and f.backend == BACKEND_SDPA:
-        return Route(SDPA, f"drop-in path: sliding layers use flash-attn-4 only ({f.kernel_problem})")
-    elif f.is_sliding:
-        return Route(SDPA, f"{f.kernel_problem}; {f.flex_problem}")
-    else:
-        return Route(SDPA, f.kernel_problem)
-    return Route(kernel, "masked (to analyse)" if f.mask == TENSOR else "dense causal")
+    for offer in f.offers:
+        if offer.problem is None:
+            return Route(offer.kernel, TO_ANALYSE if f.mask == Mask.TENSOR else DENSE_CAUSAL)
+    return Route(SDPA, "; ".join(o.problem for o in f.offers) or "no kernel in the table serves this layer")
 
 
-def refine(route: Route, layout_kind: str, flex_takes_it: bool = False) -> Route:
-    """Finish a fused route once the mask's structure is known; ``flex_takes_it``: FlexAttention
-    may take a mask the fused kernels cannot express (a bool 4-D mask, ``CallFacts.flex_ok``)."""
-    if layout_kind == "dense":
+def refine(route: Route, shape: Shape, mask_kernel: str | None = None) -> Route:
+    """Finish a fused route once the mask's structure is known; ``mask_kernel``: the table kernel
+    that takes a mask the others cannot express (a bool 4-D mask, ``CallFacts.mask_kernel``)."""
+    if shape == Shape.DENSE:
         return Route(route.kernel, "dense causal (mask is plain causal)")
-    if layout_kind == "varlen":
+    if shape == Shape.VARLEN:
         return Route(route.kernel, "varlen (padding/packing)")
-    if flex_takes_it:
-        return Route(FLEX, "mask is not causal+padding/packing (e.g. bidirectional image blocks): BlockMask")
+    if mask_kernel is not None:
+        return Route(mask_kernel, "mask is not causal+padding/packing (e.g. bidirectional image blocks): BlockMask")
     return Route(SDPA, "mask is not causal+padding/packing (e.g. bidirectional image blocks)")
 
 
 # -- inside a compiled graph ------------------------------------------------------------------
-DIRECT, OP, EAGER_REGION = "direct", "op", "eager region"
-AS_GIVEN = "FlexAttention with the mask as given"
+AS_GIVEN = "the mask as given"
 
 
-def in_graph(route: Route, f: CallFacts, traceable: bool, op_available: bool, bool_mask: bool) -> tuple[str, Route]:
-    """How ``route`` runs while Dynamo traces, and the route it then is:
+def in_graph(route: Route, f: CallFacts, traceable: bool, any_mask: bool, op_available: bool,
+             bool_mask: bool) -> tuple[InGraph, Route]:
+    """How ``route`` runs while Dynamo traces, and the route it then is (``traceable`` and
+    ``any_mask`` describe the route's kernel):
     - DIRECT: traced as in eager (fallbacks; traceable kernels that need no look inside the
-      mask; FlexAttention, which takes a bool mask exactly as given);
+      mask; a kernel that takes any mask, given a bool mask exactly as it is);
     - OP: the opaque custom op reads the mask and runs the kernel at run time (masks are data,
       and flash-attn-4's launcher is not traceable);
     - EAGER_REGION: one graph break, the eager path (a torch without the op's private APIs)."""
     if not route.fused:
-        return DIRECT, route
-    if route.kernel == FLEX and f.mask == TENSOR and bool_mask:
-        return DIRECT, Route(FLEX, AS_GIVEN)
-    if f.mask != TENSOR and traceable:
-        return DIRECT, route
+        return InGraph.DIRECT, route
+    if any_mask and f.mask == Mask.TENSOR and bool_mask:
+        return InGraph.DIRECT, Route(route.kernel, AS_GIVEN)
+    if f.mask != Mask.TENSOR and traceable:
+        return InGraph.DIRECT, route
     if op_available:
-        return OP, route
-    if f.flex_ok and (f.mask != TENSOR or bool_mask):
-        return DIRECT, Route(FLEX, AS_GIVEN + " (this torch has no custom-op autograd)")
-    return EAGER_REGION, route
+        return InGraph.OP, route
+    if f.mask_kernel is not None and (f.mask != Mask.TENSOR or bool_mask):
+        return InGraph.DIRECT, Route(f.mask_kernel, AS_GIVEN + " (this torch has no custom-op autograd)")
+    return InGraph.EAGER_REGION, route
 
 
 def strict_violation(is_sliding: bool, head_dim: int, route: Route) -> bool:

@@ -9,29 +9,30 @@ from __future__ import annotations
 import torch
 
 from .. import hf
-from ..kernels import KernelSet, flex
+from ..kernels import KernelSet
+from ..kernels.layout import Layout
+from ..names import Mask, Shape
 from . import masks
-from .decide import EAGER, FLEX, TENSOR, Route, refine
+from .decide import EAGER, Route, refine
 
 
-def finish(route: Route, mask, mask_kind: str, batch: int, window: int | None, layer_idx: int,
-           flex_ok: bool) -> tuple[Route, masks.Layout | None]:
+def finish(route: Route, mask, mask_kind: Mask, batch: int, window: int | None, layer_idx: int,
+           mask_kernel: str | None) -> tuple[Route, Layout | None]:
     """A fused route with a 4-D mask, refined once the mask's structure is read."""
-    if not route.fused or mask_kind != TENSOR:
+    if not route.fused or mask_kind != Mask.TENSOR:
         return route, None
     layout = masks.analyse(mask, batch, window, layer_idx)
-    return refine(route, layout.kind, flex_ok and layout.allowed is not None), layout
+    return refine(route, layout.kind, mask_kernel if layout.allowed is not None else None), layout
 
 
-def run(kernels: KernelSet, route: Route, layout: masks.Layout | None, query, key, value, scale: float,
+def run(kernels: KernelSet, route: Route, layout: Layout | None, query, key, value, scale: float,
         window: int | None, deterministic: bool) -> torch.Tensor:
     """``[B, H, S, D]`` q/k/v (as Transformers hands them) -> ``[B, S, H, D]``."""
     kernel = kernels.by_name(route.kernel)
-    if route.kernel == FLEX:
-        block_mask = flex.block_mask(layout, query.shape[0], query.shape[2], key.shape[2], window, query.device)
-        return kernel.block(query, key, value, block_mask, scale)
+    if kernel.block is not None:  # a kernel that takes any mask builds it from the layout itself
+        return kernel.block(query, key, value, layout, scale, window)
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # [B, S, H, D] views
-    if layout is None or layout.kind == "dense":
+    if layout is None or layout.kind == Shape.DENSE:
         return kernel.dense(q, k, v, scale, window, deterministic)
     batch, seq = q.shape[:2]
     packed = [t.reshape(batch * seq, *t.shape[2:]).index_select(0, layout.indices) for t in (q, k, v)]
@@ -41,15 +42,15 @@ def run(kernels: KernelSet, route: Route, layout: masks.Layout | None, query, ke
     return full.view(batch, seq, *out.shape[1:])
 
 
-def fallback(route: Route, module, query, key, value, mask, kwargs: dict):
+def fallback(route: Route, module, query, key, value, mask, kwargs: dict, is_causal: bool = True):
     """Stock's computation: the global "sdpa" entry (or eager, for a softcap) with the mask as
     stock would have built it, and the call's own keyword arguments."""
     q_len, kv_len = query.shape[2], key.shape[2]
     mask = masks.for_fallback(mask, q_len, kv_len, query.device)
     if route.kernel == EAGER:
-        if mask is None and getattr(module, "is_causal", True) and q_len > 1:
+        if mask is None and is_causal and q_len > 1:
             mask = masks.causal(q_len, kv_len, query.device)  # eager applies only the mask it is given
-        return hf.eager_attention()(module, query, key, value, masks.to_additive(mask, query.dtype), **kwargs)
+        return hf.eager_attention(module)(module, query, key, value, masks.to_additive(mask, query.dtype), **kwargs)
     return hf.global_sdpa()(module, query, key, value, mask, **kwargs)
 
 

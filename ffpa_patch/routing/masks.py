@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from .decide import NONE, OPAQUE, PLAIN, TENSOR
+from ..kernels.layout import Layout
+from ..names import Mask, Shape
 
 _ROW_CHUNK = 1024
 
@@ -57,32 +58,21 @@ class CausalMask:
         raise TypeError(f"ffpa_patch.CausalMask cannot be indexed with {index!r}")
 
 
-def kind_of(mask) -> tuple[str, str | None]:
+def kind_of(mask) -> tuple[Mask, str | None]:
     """(kind, why a tensor must go to the fallback as given, or None)."""
     if mask is None:
-        return NONE, None
+        return Mask.NONE, None
     if isinstance(mask, CausalMask):
-        return PLAIN, None
+        return Mask.PLAIN, None
     if not isinstance(mask, torch.Tensor):
-        return OPAQUE, f"mask is a {type(mask).__name__}, handed over as given"
+        return Mask.OPAQUE, f"mask is a {type(mask).__name__}, handed over as given"
     if mask.dim() != 4:
-        return OPAQUE, f"{mask.dim()}-D mask, handed over as given"
+        return Mask.OPAQUE, f"{mask.dim()}-D mask, handed over as given"
     if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
-        return OPAQUE, f"{str(mask.dtype).removeprefix('torch.')} mask, handed over as given"
+        return Mask.OPAQUE, f"{str(mask.dtype).removeprefix('torch.')} mask, handed over as given"
     if mask.requires_grad:
-        return OPAQUE, "mask requires grad (a learnable bias), handed over as given"
-    return TENSOR, None
-
-
-@dataclass
-class Layout:
-    kind: str  # "dense" | "varlen" | "other"
-    indices: torch.Tensor | None = None  # flat positions (in B*S) of real tokens
-    cu_seqlens: torch.Tensor | None = None  # int32, segment bounds in the packed order
-    max_seqlen: int = 0
-    segments: torch.Tensor | None = None  # [B, S] int32 segment id per position, 0 = padding (varlen)
-    allowed: torch.Tensor | None = None  # the bool mask itself, for "other" (FlexAttention can take it)
-    block_masks: dict = field(default_factory=dict)  # FlexAttention BlockMasks built from this layout
+        return Mask.OPAQUE, "mask requires grad (a learnable bias), handed over as given"
+    return Mask.TENSOR, None
 
 
 # -- one analysis per mask per forward --------------------------------------------------------
@@ -139,7 +129,7 @@ def analyse(mask: torch.Tensor, batch: int, window: int | None, layer_idx: int) 
 
 def read(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     """The structure of one mask (uncached)."""
-    other = Layout("other", allowed=mask if mask.dtype == torch.bool else None)
+    other = Layout(Shape.OTHER, allowed=mask if mask.dtype == torch.bool else None)
     if mask.shape[-1] != mask.shape[-2]:
         return other
     if mask.dtype == torch.bool:
@@ -173,7 +163,7 @@ def read(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     if not bool(real.any()):  # nothing but padding (or batch 0): stock's own handling, via SDPA
         return other
     if bool((real.all(-1) & (starts.sum(-1) == 1)).all()):
-        return Layout("dense")
+        return Layout(Shape.DENSE)
     per_row = starts.sum(-1)
     row_offset = torch.nn.functional.pad(per_row.cumsum(0)[:-1], (1, 0))
     global_segment = (segment + row_offset[:, None]).flatten()
@@ -181,7 +171,7 @@ def read(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     lengths = torch.bincount(global_segment[indices] - 1, minlength=int(per_row.sum()))
     cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
     segments = torch.where(real, global_segment.view(batch, seq), 0).to(torch.int32)
-    return Layout("varlen", indices, cu_seqlens, int(lengths.max()), segments)
+    return Layout(Shape.VARLEN, indices, cu_seqlens, int(lengths.max()), segments)
 
 
 # -- masks spelled out for fallbacks ------------------------------------------------------------

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import FFPAFallbackError
 from ..kernels import ALWAYS, FLAG
 from . import announce, stats
 from .decide import Route, strict_violation
 
-TRACED = "torch.compile (traced): "
-IN_OP = "torch.compile op: "
-
-
-class FFPAFallbackError(RuntimeError):
-    """Strict mode: a head_dim > 256 full layer did not run FFPA."""
+#: where a route was taken, as its stats() reason begins
+EAGER_CALL = ""  # counted per call
+TRACED = "torch.compile (traced): "  # counted once per compiled layer (Dynamo may trace a frame twice)
+IN_OP = "torch.compile op: "  # the custom op, at run time: once per compiled layer and route, as traced routes
 
 
 @dataclass
@@ -37,21 +36,19 @@ def _enforce(layer: str, head_dim: int, route: Route) -> None:
             f"ffpa_patch strict mode: a head_dim={head_dim} full-attention layer fell back to {route.kernel}: {route.reason}")
 
 
-def account(layer: str, head_dim: int, route: Route, module=None, backend: str | None = None) -> None:
-    """An eager call (``module`` given: the model's first-forward line too) or the op at run time."""
-    stats.record(layer, route.kernel, route.reason)
-    if module is not None:
-        announce.note(module, backend, layer, route.kernel, route.reason)
+def account(layer: str, head_dim: int, route: Route, *, where: str = EAGER_CALL, layer_idx: int = -1,
+            announce_as: tuple | None = None) -> None:
+    """Count a route (per call in eager code; once per compiled layer while tracing and in the op),
+    say a model's first forward (``announce_as``: its config, last-layer flag, backend and family),
+    and raise in strict mode. While Dynamo traces, the raise reaches the caller as itself."""
+    if where:
+        record_at_trace_time(layer_idx, layer, route.kernel, where + route.reason)
+    else:
+        stats.record(layer, route.kernel, route.reason)
+    if announce_as is not None:
+        announce.note(*announce_as, layer, route.kernel, route.reason)
     if current.strict:
         _enforce(layer, head_dim, route)
-
-
-def account_traced(layer: str, head_dim: int, route: Route, layer_idx: int = -1) -> None:
-    """While Dynamo traces: the route is fixed here, so it is counted once per layer (Dynamo may
-    trace a frame more than once) and strict raises now (a raise in traced code reaches the
-    caller as itself)."""
-    record_at_trace_time(layer_idx, layer, route.kernel, TRACED + route.reason)
-    _enforce(layer, head_dim, route)
 
 
 def _dynamo_constant(fn):
