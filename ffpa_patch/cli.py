@@ -68,7 +68,9 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
         except Exception as exc:
             print(f"ffpa-patch status: --config {config}: not a readable model config ({type(exc).__name__}: {exc})", file=sys.stderr)
             return 2
-        data["plan"] = {b: layer_plan(text_config, b) for b in ("ffpa", "sdpa")}
+        from ffpa_patch.names import Backend
+
+        data["plan"] = {b.value: layer_plan(text_config, b.value) for b in Backend}
     code = exit_code(st.state, kernels_run)
     data["fused_kernels_here"] = {"run": kernels_run, "why": verdict}
     data["exit_code"] = code

@@ -48,7 +48,7 @@ def run(steps: int | None = None, seq: int | None = None, layers: int = 6, out=p
 
     import ffpa_patch
     from ffpa_patch import hf
-    from ffpa_patch.names import Fallback
+    from ffpa_patch.names import Backend, Fallback
 
     cuda = torch.cuda.is_available()
     steps = steps or (5 if cuda else 3)
@@ -71,7 +71,7 @@ def run(steps: int | None = None, seq: int | None = None, layers: int = 6, out=p
     model.load_state_dict(weights)
     ffpa_patch.apply()
     ffpa_patch.reset_stats()
-    model.set_attn_implementation("ffpa")
+    model.set_attn_implementation(Backend.FFPA.value)
     times, losses = _train(model, ids, steps, sync)
 
     def steady(t):

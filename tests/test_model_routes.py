@@ -53,13 +53,13 @@ def check_against_eager(family, kind, backend, model=None, inputs=None):
 
 
 def n_layers(model, kind):
-    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
+    from ffpa_patch import hf
 
-    return sum(m.is_sliding == (kind == "sliding") for m in model.modules() if isinstance(m, Gemma4TextAttention))
+    return sum(m.is_sliding == (kind == "sliding") for m in model.modules() if hf.is_text_attention(m))
 
 
 @pytest.mark.parametrize("sliding", ["fa4", "flex"])  # flex: a machine without flash-attn-4
-@pytest.mark.parametrize("family", ["dense31b", "e2b", "moe"])
+@pytest.mark.parametrize("family", tiny.families("dense31b", "e2b", "moe", "unified12b"))
 @pytest.mark.parametrize("kind", ["text", "left_pad", "right_pad", "packed"])
 def test_ffpa_backend_matches_eager_and_routes_every_layer(family, kind, sliding, patched):
     from ffpa_patch.kernels import use
@@ -76,7 +76,21 @@ def test_ffpa_backend_matches_eager_and_routes_every_layer(family, kind, sliding
     assert all(k[1] == sliding for k in sliding_rows), sliding_rows
 
 
-@pytest.mark.parametrize("family", ["dense31b", "e2b"])
+@pytest.mark.parametrize("kind", ["text", "packed"])
+def test_a_kernel_table_under_other_names_routes_the_whole_model(kind, patched):
+    """Routing takes whatever the table names: renamed kernels serve every layer, and the stats
+    carry their names."""
+    from ffpa_patch.kernels import reference, use
+
+    names = {"ffpa": "full512", "fa4": "window256", "flex": "anymask"}
+    with use(reference.kernel_set(fp32=True, rename=names)) as kernels:
+        model = check_against_eager("dense31b", kind, "ffpa")
+    assert stats.total("full", "full512") == n_layers(model, "full")
+    assert stats.total("sliding", "window256") == n_layers(model, "sliding")
+    assert {c[0] for c in kernels.calls} == {"full512", "window256"}
+
+
+@pytest.mark.parametrize("family", tiny.families("dense31b", "e2b", "unified12b"))
 @pytest.mark.parametrize("kind", ["text", "left_pad", "packed"])
 def test_dropin_sdpa_routes_full_layers_to_ffpa_and_sliding_to_fa4(family, kind, patched, reference_kernels):
     model = check_against_eager(family, kind, "sdpa")
@@ -114,33 +128,55 @@ def vision_batch(image: bool):
     return ids, kw, torch.ones(B, S, dtype=torch.bool)
 
 
-def _overlay_on_full_layers() -> bool:
-    """5.9-5.12 OR the image overlay into the full layers' mask too (FACTS.md)."""
-    from packaging.version import Version
-    from transformers import __version__
+def _overlay_on_full_layers(model, inputs) -> bool:
+    """Whether this Transformers makes the full layers bidirectional inside image blocks: read
+    from the mask it hands a full layer (a key after the query allowed). Gemma4 does on 5.9-5.12
+    only; gemma4_unified's training forward does on every version that has it (its generate()
+    path keeps full layers causal)."""
+    seen = []
+    full = next(m for m in model.modules() if getattr(m, "is_sliding", True) is False)
+    hook = full.register_forward_pre_hook(lambda m, a, k: seen.append(k.get("attention_mask")), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model.set_attn_implementation("eager")
+            ids, kw, _ = inputs
+            model(ids, **kw)
+    finally:
+        hook.remove()
+    mask = seen[0]
+    allowed = mask == 0 if mask.dtype != torch.bool else mask
+    return bool(allowed[..., :, :].triu(1).any())
 
-    return (5, 9) <= Version(__version__).release < (5, 13)
 
-
-def test_vision_model_text_batch_full_layers_reach_ffpa(patched, reference_kernels):
+@pytest.mark.parametrize("family", tiny.families("dense31b", "unified12b"))
+def test_vision_model_text_batch_full_layers_reach_ffpa(family, patched, reference_kernels):
     # On 5.9-5.12 the full layers get a 4-D mask with a no-op overlay: it must be read as plain causal.
-    model = tiny.vision_lm("dense31b")
+    model = tiny.vision_lm(family)
     check_against_eager(None, None, "ffpa", model=model, inputs=vision_batch(image=False))
     assert stats.total("full", "ffpa") == n_layers(model, "full")
     assert stats.total("sliding", "fa4") == n_layers(model, "sliding")
 
 
+@pytest.mark.parametrize("family", tiny.families("dense31b", "unified12b"))
 @pytest.mark.parametrize("fa4", [True, False])
-def test_vision_model_image_blocks(fa4, patched):
+def test_vision_model_image_blocks(fa4, family, patched):
     from ffpa_patch.kernels import use
     from ffpa_patch.kernels import reference
 
-    model = tiny.vision_lm("dense31b")
+    model = tiny.vision_lm(family)
+    bidirectional_full = _overlay_on_full_layers(model, vision_batch(image=True))
+    if family == "dense31b":
+        from packaging.version import Version
+        from transformers import __version__
+
+        assert bidirectional_full == ((5, 9) <= Version(__version__).release < (5, 13))
+    stats.reset()
     with use(reference.kernel_set(fa4=fa4, fp32=True)):
         check_against_eager(None, None, "ffpa", model=model, inputs=vision_batch(image=True))
     # sliding layers: bidirectional image blocks flash-attn-4 cannot express -> flex BlockMask
     assert stats.total("sliding", "flex") == n_layers(model, "sliding")
-    full = "sdpa" if _overlay_on_full_layers() else "ffpa"
+    # full layers: causal on FFPA, or (where this version makes them bidirectional) stock SDPA exactly
+    full = "sdpa" if bidirectional_full else "ffpa"
     assert stats.total("full", full) == n_layers(model, "full"), stats.snapshot()
 
 

@@ -70,3 +70,50 @@ def test_policy_marks_its_trace_time_functions_as_torch_does(name):
     marked = torch.compiler.assume_constant_result(probe)
     extra = set(vars(marked)) - set()
     assert extra and all(getattr(getattr(policy, name), attr, None) == getattr(marked, attr) for attr in extra)
+
+
+def _package_files():
+    for folder, _, files in os.walk(PKG):
+        for f in files:
+            if f.endswith(".py"):
+                yield os.path.join(folder, f)
+
+
+def test_only_hf_reaches_into_transformers():
+    """hf.py is the one adapter: no other module imports Transformers, names one of its modules,
+    or reads its registries' private mappings (so a Transformers change is one edit there)."""
+    offenders = {}
+    for path in _package_files():
+        if path.endswith(os.path.join("ffpa_patch", "hf.py")):
+            continue
+        tree = ast.parse(open(path).read())
+        for node in ast.walk(tree):
+            bad = (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "transformers"
+                   or isinstance(node, ast.Import) and any(a.name.split(".")[0] == "transformers" for a in node.names)
+                   or isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("transformers.")
+                   or isinstance(node, ast.Attribute) and node.attr in ("_global_mapping", "_local_mapping"))
+            if bad:
+                offenders.setdefault(os.path.relpath(path, PKG), []).append(node.lineno)
+    assert offenders == {}
+
+
+def test_decisions_name_no_kernel():
+    """Routing, the plan, the CLI and the demo take kernel names from the kernel table: no string
+    in them is a kernel's name (the catalog's), so a kernel under another name routes the same."""
+    from ffpa_patch.kernels import CATALOG
+
+    names = {k.name for k in CATALOG}
+    files = [p for p in _package_files() if os.sep + "routing" + os.sep in p
+             or os.path.basename(p) in ("plan.py", "cli.py", "demo.py", "machine.py", "checkpointing.py")]
+    found = [(os.path.relpath(p, PKG), node.lineno) for p in files for node in ast.walk(ast.parse(open(p).read()))
+             if isinstance(node, ast.Constant) and node.value in names]
+    assert found == []
+
+
+def test_public_exceptions_live_in_one_module():
+    import ffpa_patch
+    from ffpa_patch import errors
+
+    for name in ("UnsupportedVersionError", "FFPANotAppliedError", "FFPAFallbackError", "FFPAPatchWarning"):
+        assert getattr(ffpa_patch, name) is getattr(errors, name)
+        assert getattr(ffpa_patch, name).__module__ == "ffpa_patch.errors"

@@ -20,10 +20,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import hf, kernels
+from ..names import Backend
 from ..registry import Patch
 from ..wrapping import Undo, set_mapping_entry
 
-BACKEND = "ffpa"
+BACKEND = Backend.FFPA.value
 
 
 def ffpa_attention_forward(module, query, key, value, attention_mask, **kwargs):

@@ -12,10 +12,11 @@ from typing import Any, Callable
 
 from .. import hf
 from ..errors import FFPANotAppliedError
+from ..names import Backend
 from ..registry import Patch, TargetNotFound
 from ..wrapping import Undo, wrap_attribute
 
-BACKEND = "ffpa"
+BACKEND = Backend.FFPA.value
 METHOD = "PreTrainedModel.get_correct_attn_implementation"
 
 
