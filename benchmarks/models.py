@@ -13,10 +13,25 @@ written on; every value below agrees across these public copies of them:
 Shared by all four (T-CFG defaults, MT-HF): vocab 262144, head_dim 256, global_head_dim 512,
 final_logit_softcapping 30, tied embeddings, rope sliding {default, 1e4} / full
 {proportional, 1e6, partial 0.25}, gelu_pytorch_tanh, rms_norm_eps 1e-6.
+
+The 12B is Transformers' ``gemma4_unified`` (its own classes, from Transformers 5.10), with the
+same shared values. Its text config (google/gemma-4-12B and -12B-it, transformers_version
+5.10.0.dev0) as quoted in these public copies:
+- TT: tenstorrent/tt-xla issue #5255 (bring-up notes citing config.json: 48 layers = 40 sliding +
+  8 full, sliding_window 1024, vocab 262144, max_position_embeddings 262144);
+- PAZ: oarriaga/paz pull request #439 (8 KV heads at head_dim 256 on sliding layers, 1 at 512 on
+  global ones, the global layers' values taken from their keys: attention_k_eq_v);
+- CFG12: a full config.json of gemma-4-12B-it in a public agent transcript (found by its
+  ``"model_type": "gemma4_unified_text"``): hidden 3840, intermediate 15360, 16 heads,
+  num_key_value_heads 8, num_global_key_value_heads 1, no KV sharing, no per-layer inputs,
+  use_double_wide_mlp false, use_bidirectional_attention "vision"; also sglang #27261 and vLLM
+  #44429 (FACTS) for the 16:1 global GQA.
 """
 from __future__ import annotations
 
-PERIOD = {"31b": 6, "26b-a4b": 6, "e4b": 6, "e2b": 5}  # sliding:full 5:1, E2B 4:1 (T-CONV layer types)
+PERIOD = {"31b": 6, "26b-a4b": 6, "e4b": 6, "e2b": 5, "12b": 6}  # sliding:full 5:1, E2B 4:1 (T-CONV layer types)
+#: models that are Transformers' gemma4_unified (their own config and model classes)
+UNIFIED = ("12b",)
 
 RELEASED = {
     # T-CONV, MT-HF, SWIFT
@@ -36,6 +51,10 @@ RELEASED = {
     "e2b": dict(hidden_size=1536, intermediate_size=6144, num_hidden_layers=35, num_attention_heads=8,
                 num_key_value_heads=1, num_global_key_value_heads=None, attention_k_eq_v=False, sliding_window=512,
                 num_kv_shared_layers=20, hidden_size_per_layer_input=256, use_double_wide_mlp=True),
+    # TT, PAZ, CFG12 (gemma4_unified)
+    "12b": dict(hidden_size=3840, intermediate_size=15360, num_hidden_layers=48, num_attention_heads=16,
+                num_key_value_heads=8, num_global_key_value_heads=1, attention_k_eq_v=True, sliding_window=1024,
+                num_kv_shared_layers=0, use_bidirectional_attention="vision"),
 }
 
 #: a CPU-sized stand-in with the same structure, so the script is checked before GPU time is spent
@@ -44,7 +63,10 @@ TINY = dict(hidden_size=64, intermediate_size=64, num_attention_heads=2, num_key
 
 
 def text_config(model: str, vocab: int | None = None, layers: int | None = None, tiny: bool = False):
-    from transformers import Gemma4TextConfig
+    if model in UNIFIED:
+        from transformers.models.gemma4_unified.configuration_gemma4_unified import Gemma4UnifiedTextConfig as Config
+    else:
+        from transformers import Gemma4TextConfig as Config
 
     spec = dict(RELEASED[model])
     if tiny:
@@ -56,7 +78,9 @@ def text_config(model: str, vocab: int | None = None, layers: int | None = None,
     spec["num_kv_shared_layers"] = min(spec["num_kv_shared_layers"], max(n - 2, 0))
     period = PERIOD[model]
     vocab = vocab or 262144
-    return Gemma4TextConfig(
-        vocab_size=vocab, vocab_size_per_layer_input=vocab, head_dim=256, global_head_dim=512,
+    if model not in UNIFIED:
+        spec["vocab_size_per_layer_input"] = vocab
+    return Config(
+        vocab_size=vocab, head_dim=256, global_head_dim=512,
         final_logit_softcapping=30.0, tie_word_embeddings=True, use_cache=False, attention_dropout=0.0,
         layer_types=["full_attention" if (i + 1) % period == 0 else "sliding_attention" for i in range(n)], **spec)

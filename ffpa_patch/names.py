@@ -50,6 +50,7 @@ class Shape(Name):
 
     DENSE = "dense"  # causal (+ window), one unpadded sequence per row
     VARLEN = "varlen"  # causal (+ window) per segment: padding and/or packing
+    BLOCKS = "blocks"  # that, plus bidirectional blocks (Gemma 4's image/audio tokens): kernels/blocks.py
     OTHER = "other"  # anything else: a kernel with a ``block`` entry, or the fallback
 
 

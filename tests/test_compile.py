@@ -12,6 +12,7 @@ import torch
 
 import tiny
 from ffpa_patch.routing import stats
+from ffpa_patch.routing.decide import BLOCKS_REASON
 from ffpa_patch.routing.policy import IN_OP as REASON_PREFIX
 from ffpa_patch.routing.policy import TRACED
 
@@ -114,7 +115,7 @@ def test_fused_attention_op_falls_back_to_sdpa_for_other_masks(reference_kernels
     q = torch.randn(1, 4, 16, 64, requires_grad=True)
     k = torch.randn(1, 1, 16, 64, requires_grad=True)
     mask = torch.ones(16, 16, dtype=torch.bool).tril()
-    mask[4:9, 4:9] = True  # an image block
+    mask[4, 9] = True  # a later key outside any block: no structure a kernel takes
     mask = mask[None, None]
     stats.reset()
     out = torch.ops.ffpa_patch.fused_attention(q, k, k, mask, 0.125, None, "ffpa", None, 5, False, "")
@@ -133,11 +134,12 @@ def _window_mask(n, window, pad=0):
     return allowed
 
 
-@pytest.mark.parametrize("case", ["no mask", "window mask", "left padding", "image block", "image block, flex"])
+@pytest.mark.parametrize("case", ["no mask", "window mask", "left padding", "image block", "image block, flex",
+                                  "other mask", "other mask, flex"])
 def test_fused_attention_op_routes_a_sliding_layer_like_eager(case, reference_kernels):
-    """The op's sliding layer: flash-attn-4 (dense or varlen) with the module's window, or
-    for a mask it cannot express FlexAttention (when allowed) or SDPA; values and gradients
-    against attention under the full mask (window included), and the route it counted."""
+    """The op's sliding layer: flash-attn-4 (dense, varlen, or with image blocks merged) with the
+    module's window, or for a mask it cannot express FlexAttention (when allowed) or SDPA; values
+    and gradients against attention under the full mask (window included), and the route it counted."""
     from ffpa_patch.kernels import reference
 
     n, window, pad = 24, 8, 5 if case == "left padding" else 0
@@ -147,6 +149,8 @@ def test_fused_attention_op_routes_a_sliding_layer_like_eager(case, reference_ke
     allowed = _window_mask(n, window, pad)
     if case.startswith("image block"):
         allowed[10:14, 10:14] = True
+    if case.startswith("other mask"):
+        allowed[10, 13] = True  # a later key outside any block
     mask = None if case == "no mask" else allowed[None, None]
     flex_ok = case.endswith("flex")
     stats.reset()
@@ -160,7 +164,8 @@ def test_fused_attention_op_routes_a_sliding_layer_like_eager(case, reference_ke
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
     kernel, reason = {"no mask": ("fa4", "dense causal"), "window mask": ("fa4", "dense causal (mask is plain causal)"),
-                      "left padding": ("fa4", "varlen (padding/packing)")}.get(case, ("flex" if flex_ok else "sdpa", None))
+                      "left padding": ("fa4", "varlen (padding/packing)"), "image block": ("fa4", BLOCKS_REASON),
+                      "image block, flex": ("fa4", BLOCKS_REASON)}.get(case, ("flex" if flex_ok else "sdpa", None))
     [row] = [r for r in stats.snapshot() if r["layer"] == "sliding"]
     assert row["kernel"] == kernel and row["count"] == 1
     assert reason is None or row["reason"] == REASON_PREFIX + reason

@@ -20,9 +20,12 @@ def masks_by_kind():
     packed = causal(S, WINDOW) & (seg[:, None] == seg[None])
     image = causal(S, WINDOW).clone()
     image[5:12, 5:12] = True  # a bidirectional image block (both rows)
+    other = causal(S, WINDOW).clone()
+    other[5, 11] = True  # a later key outside any block
     return {
         "varlen": (torch.stack([left, packed])[:, None], 2),
-        "other": (image[None, None], 2),
+        "blocks": (image[None, None], 2),
+        "other": (other[None, None], 2),
         "dense": (causal(S, WINDOW)[None, None], 2),
     }
 
@@ -31,7 +34,7 @@ def real_rows(mask, batch):
     return mask[:, 0].diagonal(dim1=-2, dim2=-1).expand(batch, S)
 
 
-@pytest.mark.parametrize("kind", ["dense", "varlen", "other"])
+@pytest.mark.parametrize("kind", ["dense", "varlen", "blocks", "other"])
 def test_block_mask_allows_exactly_the_transformers_mask(kind):
     from torch.nn.attention.flex_attention import create_mask
 
@@ -46,7 +49,7 @@ def test_block_mask_allows_exactly_the_transformers_mask(kind):
     assert flex.block_mask(layout, batch, S, S, WINDOW, "cpu") is bm  # built once per mask
 
 
-@pytest.mark.parametrize("kind", ["dense", "varlen", "other"])
+@pytest.mark.parametrize("kind", ["dense", "varlen", "blocks", "other"])
 def test_real_flex_attention_with_our_block_mask_matches_the_reference(kind):
     from torch.nn.attention.flex_attention import flex_attention
 

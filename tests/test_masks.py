@@ -39,10 +39,101 @@ def test_additive_float_mask_is_read_like_bool():
     assert read(m[None, None], 1, None).kind == "dense"
 
 
-def test_bidirectional_block_is_other():
+def test_a_bidirectional_block_is_read_exactly():
     m = causal(8).clone()
     m[2:5, 2:5] = True
-    assert read(m[None, None], 1, None).kind == "other"
+    lay = read(m[None, None], 2, None)  # one mask broadcast over two rows
+    assert lay.kind == "blocks" and lay.cu_seqlens is None
+    assert lay.blocks.tolist() == [[2, 3], [10, 3]] and lay.max_block == 3
+
+
+def test_what_is_not_causal_plus_blocks_stays_other():
+    shifted = causal(8).clone()
+    shifted[2:5, 6] = True  # rows 2-4 see key 6 but not 5: not a block
+    partial = causal(8).clone()
+    partial[2, 4] = True  # a later key, but not the one between: not a run
+    cross = causal(8) & (torch.arange(8)[:, None] // 4 == torch.arange(8)[None] // 4)  # two documents of 4
+    cross[2:6, 2:6] = True  # a "block" across the document boundary
+    for m in (shifted, partial, cross):
+        assert read(m[None, None], 1, None).kind == "other"
+
+
+def random_image_batch(rng, window=None):
+    """Rows of documents (after optional left padding) holding bidirectional blocks, as Transformers
+    builds them: AND(window on the past, OR(causal, same block)) within each document."""
+    seq, batch = rng.randint(4, 24), rng.randint(1, 3)
+    mask = torch.zeros(batch, 1, seq, seq, dtype=torch.bool)
+    blocks, docs = [], 0
+    for b in range(batch):
+        p = rng.randint(0, seq // 3)
+        while p < seq and (docs == 0 or rng.random() < 0.6):
+            n = rng.randint(2, seq - p) if seq - p >= 2 else seq - p
+            allowed = causal(n, window)
+            q = 0
+            while q < n - 1:
+                q += rng.randint(0, 3)
+                length = rng.randint(2, 6)
+                if q + length > n:
+                    break
+                i, j = torch.arange(n)[:, None], torch.arange(n)[None]
+                allowed |= (i >= q) & (i < q + length) & (j > i) & (j < q + length)
+                blocks.append([b * seq + p + q, length])
+                q += length
+            mask[b, 0, p : p + n, p : p + n] = allowed
+            docs += 1
+            p += n
+    return mask, batch, blocks
+
+
+def test_random_image_batches_give_exactly_their_blocks():
+    import random
+
+    rng = random.Random(1)
+    seen = set()
+    for _ in range(300):
+        window = rng.choice([None, 3, 5])
+        mask, batch, blocks = random_image_batch(rng, window)
+        lay = read(mask, batch, window)
+        if not blocks:
+            assert lay.kind in ("dense", "varlen")
+            continue
+        assert lay.kind == "blocks", (mask, blocks)
+        assert lay.blocks.tolist() == blocks and lay.max_block == max(n for _, n in blocks)
+        seen.add(lay.cu_seqlens is None)
+    assert seen == {True, False}  # both bases: one unpadded sequence per row, and varlen
+
+
+def test_block_union_on_the_reference_seam_is_the_masked_attention():
+    """kernels/blocks.py over the reference kernels, forward and gradients, against attention
+    under the very mask: a block edge off by one, or a lost window, changes the answer."""
+    import random
+
+    from ffpa_patch.kernels import blocks, reference
+
+    rng = random.Random(2)
+    kernel = reference.kernel_set(fp32=True).by_name("fa4")
+    checked = 0
+    while checked < 40:
+        window = rng.choice([None, 4])
+        mask, batch, found = random_image_batch(rng, window)
+        lay = read(mask, batch, window)
+        if lay.kind != "blocks":
+            continue
+        seq = mask.shape[-1]
+        torch.manual_seed(checked)
+        q = torch.randn(batch, seq, 4, 8, requires_grad=True)
+        k = torch.randn(batch, seq, 2, 8, requires_grad=True)
+        v = torch.randn(batch, seq, 2, 8, requires_grad=True)
+        out = blocks.attention(kernel, q, k, v, lay, 0.5, window)
+        want = reference.masked(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask, 0.5)
+        real = mask[:, 0].diagonal(dim1=-2, dim2=-1)
+        torch.testing.assert_close(out[real], want[real], atol=1e-5, rtol=1e-4)
+        g = torch.randn_like(out) * real[..., None, None]
+        got = torch.autograd.grad(out, (q, k, v), g)
+        ref = torch.autograd.grad(want, (q, k, v), g)
+        for a, b in zip(got, ref):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+        checked += 1
 
 
 def test_one_analysis_per_forward_shared_by_views_and_read_again_in_the_next_forward():

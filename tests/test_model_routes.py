@@ -11,6 +11,7 @@ import torch
 import ffpa_patch
 import tiny
 from ffpa_patch.routing import stats
+from ffpa_patch.routing.decide import BLOCKS_REASON
 
 B, S = 2, 24
 
@@ -173,11 +174,15 @@ def test_vision_model_image_blocks(fa4, family, patched):
     stats.reset()
     with use(reference.kernel_set(fa4=fa4, fp32=True)):
         check_against_eager(None, None, "ffpa", model=model, inputs=vision_batch(image=True))
-    # sliding layers: bidirectional image blocks flash-attn-4 cannot express -> flex BlockMask
-    assert stats.total("sliding", "flex") == n_layers(model, "sliding")
-    # full layers: causal on FFPA, or (where this version makes them bidirectional) stock SDPA exactly
-    full = "sdpa" if bidirectional_full else "ffpa"
-    assert stats.total("full", full) == n_layers(model, "full"), stats.snapshot()
+    rows = {(r["layer"], r["kernel"], r["reason"]): r["count"] for r in stats.snapshot()}
+    # sliding layers: flash-attn-4 with the in-block keys merged by LSE; without it FlexAttention's BlockMask
+    sliding = ("sliding", "fa4", BLOCKS_REASON) if fa4 else \
+        ("sliding", "flex", "mask is not causal+padding/packing (e.g. bidirectional image blocks): BlockMask")
+    assert rows.get(sliding) == n_layers(model, "sliding"), rows
+    # full layers: causal on FFPA, or (where this version makes them bidirectional) FFPA with the blocks merged
+    full = (BLOCKS_REASON,) if bidirectional_full else ("dense causal", "dense causal (mask is plain causal)")
+    assert sum(n for (layer, kernel, reason), n in rows.items() if layer == "full" and kernel == "ffpa"
+               and reason in full) == n_layers(model, "full"), rows
 
 
 def test_without_the_patch_nothing_is_routed(reference_kernels):
@@ -254,3 +259,48 @@ def test_ffpa_mask_builds_every_other_local_mask():
         built = ffpa_mask(**kw)
         assert built is not None, what
         torch.testing.assert_close(built, sdpa_mask(**kw), msg=what)
+
+
+@pytest.mark.parametrize("family", tiny.families("dense31b", "unified12b"))
+def test_vision_model_left_on_sdpa_routes_image_batches_through_the_drop_in(family, patched, reference_kernels):
+    """The drop-in takes image blocks too: sliding layers on flash-attn-4 with the blocks merged,
+    full layers on FFPA; tokens and gradients as stock SDPA's (here: eager fp32)."""
+    model = tiny.vision_lm(family)
+    check_against_eager(None, None, "sdpa", model=model, inputs=vision_batch(image=True))
+    assert stats.total("sliding", "fa4") == n_layers(model, "sliding"), stats.snapshot()
+    assert stats.total("full", "ffpa") == n_layers(model, "full"), stats.snapshot()
+    assert stats.total(kernel="sdpa") == 0, stats.snapshot()
+
+
+def moving_image_batch(step: int, batch: int = 2, seq: int = 48):
+    """Two images of 6 tokens per row at positions that move with ``step``, and left padding."""
+    g = torch.Generator().manual_seed(step)
+    ids = torch.randint(1, 100, (batch, seq), generator=g)
+    for row in range(batch):
+        for start in (4 + (step * 3 + row) % 10, 26 + (step * 5 + row) % 12):
+            ids[row, start:start + 6] = tiny.IMAGE_TOKEN
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    mask[1, :3] = 0
+    return ids, {"attention_mask": mask, "mm_token_type_ids": (ids == tiny.IMAGE_TOKEN).long()}
+
+
+@pytest.mark.parametrize("family", tiny.families("dense31b", "unified12b"))
+def test_compiled_vision_model_does_not_recompile_as_images_move(family, patched, reference_kernels):
+    """torch.compile over an image batch: one graph, no breaks, and 10 steps whose images move
+    (and whose padding differs) reuse it; every sliding layer ran flash-attn-4 with the blocks
+    merged, inside the op."""
+    from torch._dynamo.utils import counters
+
+    from ffpa_patch.routing.policy import IN_OP
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny.vision_lm(family, attn="ffpa")
+    compiled = torch.compile(model, backend="aot_eager")
+    for step in range(10):
+        ids, kw = moving_image_batch(step)
+        compiled(ids, **kw).logits.sum().backward()
+    assert dict(counters["graph_break"]) == {}
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    rows = {(r["layer"], r["kernel"], r["reason"]) for r in stats.snapshot()}
+    assert ("sliding", "fa4", IN_OP + BLOCKS_REASON) in rows, rows

@@ -22,6 +22,11 @@ Entry points, all causal bottom-right aligned (query r sees keys <= r + Nkv - Nq
 - ``varlen(q, k, v, cu_seqlens, max_seqlen, scale, window, deterministic)``: ``[T, H, D]``
 - ``block(query, key, value, layout, scale, window)``: ``[B, H, S, D]`` and a ``Layout`` (None:
   causal + window), any mask the layout describes -> ``[B, S, H, D]``
+- ``dense_lse`` / ``varlen_lse``: the forward without autograd, returning ``(out, lse)`` with the
+  natural-log LSE ``[B, H, S]`` / ``[H, T]`` (fp32); ``dense_bwd(dout, q, k, v, out, lse, scale,
+  window, deterministic)`` / ``varlen_bwd(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, ...)``:
+  ``(dq, dk, dv)`` from a given out and lse. A kernel with all four takes causal masks with
+  bidirectional blocks (Gemma 4's images) through kernels/blocks.py.
 
 Nothing here imports torch until a kernel is asked a question.
 """
@@ -79,6 +84,10 @@ class Kernel:
     dense: Callable | None = None
     varlen: Callable | None = None
     block: Callable | None = None
+    dense_lse: Callable | None = None  # the forward with its log-sum-exp (kernels/blocks.py merges by it)
+    varlen_lse: Callable | None = None
+    dense_bwd: Callable | None = None  # the backward from a given out and lse
+    varlen_bwd: Callable | None = None
     traceable: bool = False  # Dynamo may trace ``dense``/``block`` (else it runs inside the custom op)
     repeatable: str = NEVER
     saved_ops: Callable[[], set] | None = None  # the forward ops a selective-checkpointing policy keeps
@@ -86,6 +95,11 @@ class Kernel:
     @property
     def name(self) -> str:
         return self.info.name
+
+    @property
+    def merges(self) -> bool:
+        """It takes causal masks with bidirectional blocks (images) through kernels/blocks.py."""
+        return None not in (self.dense_lse, self.varlen_lse, self.dense_bwd, self.varlen_bwd)
 
     def refuses(self, backend: str, device, dtype, head_dim: int, deterministic: bool) -> str | None:
         """Why this kernel cannot take the call, or None."""

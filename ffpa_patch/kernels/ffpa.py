@@ -88,3 +88,34 @@ def varlen(q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int | Non
         q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
         causal=True, enable_gqa=q.shape[-2] != k.shape[-2], softmax_scale=scale,
     )
+
+
+# -- with the log-sum-exp (kernels/blocks.py merges image blocks by it): forward without autograd,
+#    and the backward from a given out/lse. The same ops the paths above use.
+def dense_lse(q, k, v, scale: float, window: int | None = None):
+    assert window is None, "FFPA serves full-attention layers only"
+    with torch.no_grad():
+        return torch.ops.ffpa_attn._fwd_cute(q, k, v, scale, 1, 1)  # out [B, S, H, D], lse [B, H, S]
+
+
+def dense_bwd(dout, q, k, v, out, lse, scale: float, window: int | None = None, deterministic: bool = False):
+    return torch.ops.ffpa_attn._bwd_cute(dout, q, k, v, out, lse, scale, 1, 0)
+
+
+def _no_window() -> int:
+    from ffpa_attn.cute._utils import _encode_optional_int_for_custom_op
+
+    return _encode_optional_int_for_custom_op(None)
+
+
+def varlen_lse(q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int | None = None):
+    assert window is None, "FFPA serves full-attention layers only"
+    with torch.no_grad():
+        return torch.ops.ffpa_attn._varlen_fwd_cute(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, scale, True,
+                                                    _no_window(), _no_window(), 0.0, q.shape[-2] != k.shape[-2])
+
+
+def varlen_bwd(dout, q, k, v, out, lse, cu_seqlens, max_seqlen: int, scale: float, window: int | None = None,
+               deterministic: bool = False):
+    return torch.ops.ffpa_attn._varlen_bwd_cute(q, k, v, out, dout, lse, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                                                scale, True, _no_window(), _no_window(), 0.0, None)

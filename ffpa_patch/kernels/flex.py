@@ -77,7 +77,7 @@ def _build(layout, batch, q_len, kv_len, window, device):
     # fused block-mask build, no S x S temporaries (inside a compiled graph inductor fuses it anyway)
     compiled = torch.device(device).type == "cuda" and not torch.compiler.is_compiling()
     offset = kv_len - q_len
-    if layout is not None and layout.kind == Shape.OTHER:
+    if layout is not None and layout.kind in (Shape.OTHER, Shape.BLOCKS):
         allowed = layout.allowed
         pick_b = allowed.shape[0] > 1
         pick_h = allowed.shape[1] > 1

@@ -1,7 +1,8 @@
 """What a 4-D mask turned out to be, in the terms the kernels take it (routing/masks.py reads it).
 
 Kernels take a ``Layout`` and nothing of routing's: ``dense`` and ``varlen`` entry points
-read ``indices`` / ``cu_seqlens`` / ``max_seqlen``; a ``block`` entry (FlexAttention) builds
+read ``indices`` / ``cu_seqlens`` / ``max_seqlen`` (BLOCKS: ``cu_seqlens`` None means one
+unpadded sequence per row, and ``blocks`` lists the bidirectional blocks); a ``block`` entry (FlexAttention) builds
 its BlockMask from ``segments`` or ``allowed`` and keeps it in ``built``, so the layers of one
 forward share it.
 """
@@ -20,6 +21,8 @@ class Layout:
     cu_seqlens: Any = None  # int32, segment bounds in the packed order (varlen)
     max_seqlen: int = 0
     segments: Any = None  # [B, S] int32 segment id per position, 0 = padding (varlen)
-    allowed: Any = None  # the bool mask itself, for OTHER (a ``block`` kernel can take it)
+    allowed: Any = None  # the bool mask itself, for OTHER and BLOCKS (a ``block`` kernel can take it)
+    blocks: Any = None  # BLOCKS: [n, 2] int64 (flat start in B*S, length) of each bidirectional block
+    max_block: int = 0
     built: dict = field(default_factory=dict)  # what a block kernel built from this layout, by its own key
 

@@ -35,6 +35,61 @@ def masked(q, k, v, allowed: torch.Tensor, scale: float) -> torch.Tensor:
         return (probs @ vf).transpose(1, 2).to(q.dtype)
 
 
+def _allowed(n_q: int, n_k: int, window: int | None, device) -> torch.Tensor:
+    i = torch.arange(n_q, device=device)[:, None] + (n_k - n_q)
+    j = torch.arange(n_k, device=device)[None, :]
+    allowed = j <= i
+    if window is not None:
+        allowed &= (i - j) < window
+    return allowed
+
+
+def attention_lse(q, k, v, scale: float, window: int | None = None):
+    """``[B, S, H, D]`` causal attention and its natural-log LSE ``[B, H, S]`` (fp32), as the
+    kernels' forward returns them."""
+    with torch.autocast(q.device.type, enabled=False):
+        qf, kf, vf = (t.transpose(1, 2).float() for t in (q, k, v))
+        rep = qf.shape[1] // kf.shape[1]
+        kf, vf = kf.repeat_interleave(rep, dim=1), vf.repeat_interleave(rep, dim=1)
+        scores = ((qf @ kf.transpose(-1, -2)) * scale).masked_fill(~_allowed(q.shape[1], k.shape[1], window, q.device), float("-inf"))
+        lse = torch.logsumexp(scores, dim=-1)
+        out = (torch.softmax(scores, dim=-1).nan_to_num(0.0) @ vf).transpose(1, 2).to(q.dtype)
+        return out, lse
+
+
+def attention_bwd(dout, q, k, v, out, lse, scale: float, window: int | None = None):
+    """The flash-attention backward from a given ``out`` and ``lse`` (which need not be this call's
+    own: BlockUnion hands it the merged ones): P = exp(S - lse), D = rowsum(dout * out)."""
+    with torch.autocast(q.device.type, enabled=False):
+        qf, kf, vf, df, of = (t.transpose(1, 2).float() for t in (q, k, v, dout, out))
+        hk, rep = kf.shape[1], qf.shape[1] // kf.shape[1]
+        ke, ve = kf.repeat_interleave(rep, dim=1), vf.repeat_interleave(rep, dim=1)
+        allowed = _allowed(q.shape[1], k.shape[1], window, q.device)
+        probs = torch.exp((qf @ ke.transpose(-1, -2)) * scale - lse.float()[..., None]).masked_fill(~allowed, 0.0)
+        ds = probs * (df @ ve.transpose(-1, -2) - (df * of).sum(-1, keepdim=True)) * scale
+        dq = ds @ ke
+        dk = (ds.transpose(-1, -2) @ qf).unflatten(1, (hk, rep)).sum(2)
+        dv = (probs.transpose(-1, -2) @ df).unflatten(1, (hk, rep)).sum(2)
+        return tuple(g.transpose(1, 2).to(t.dtype) for g, t in zip((dq, dk, dv), (q, k, v)))
+
+
+def _segments(cu_seqlens):
+    bounds = cu_seqlens.tolist()
+    return list(zip(bounds, bounds[1:]))
+
+
+def varlen_lse(q, k, v, cu_seqlens, scale: float, window: int | None = None):
+    """Packed ``[T, H, D]``: out and the LSE ``[H, T]``."""
+    parts = [attention_lse(q[None, a:b], k[None, a:b], v[None, a:b], scale, window) for a, b in _segments(cu_seqlens)]
+    return torch.cat([o[0] for o, _ in parts]), torch.cat([l[0] for _, l in parts], dim=-1)
+
+
+def varlen_bwd(dout, q, k, v, out, lse, cu_seqlens, scale: float, window: int | None = None):
+    parts = [attention_bwd(dout[None, a:b], q[None, a:b], k[None, a:b], v[None, a:b], out[None, a:b], lse[None, :, a:b],
+                           scale, window) for a, b in _segments(cu_seqlens)]
+    return tuple(torch.cat([p[i][0] for p in parts]) for i in range(3))
+
+
 def flex(query, key, value, layout, scale: float, window: int | None) -> torch.Tensor:
     """What FlexAttention computes for ``layout``: the BlockMask the real kernel would build
     (kernels/flex.py), its mask_mod evaluated at every position."""
@@ -125,6 +180,38 @@ def kernel_set(fa4: bool = True, fp32: bool = False, rename: dict | None = None)
             return varlen(q, k, v, cu_seqlens, scale, window)
         return run
 
+    def dense_lse(name):
+        def run(q, k, v, scale, window=None):
+            _refuse(q, k, v, dtypes=dtypes)
+            calls.append((name, "dense_lse", False))
+            return attention_lse(q, k, v, scale, window)
+        return run
+
+    def varlen_lse_(name):
+        def run(q, k, v, cu_seqlens, max_seqlen, scale, window=None):
+            _refuse(q, k, v, cu_seqlens, dtypes=dtypes)
+            calls.append((name, "varlen_lse", False))
+            return varlen_lse(q, k, v, cu_seqlens, scale, window)
+        return run
+
+    def dense_bwd(name):
+        def run(dout, q, k, v, out, lse, scale, window=None, deterministic=False):
+            _refuse(q, k, v, dtypes=dtypes)
+            calls.append((name, "dense_bwd", deterministic))
+            return attention_bwd(dout, q, k, v, out, lse, scale, window)
+        return run
+
+    def varlen_bwd_(name):
+        def run(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale, window=None, deterministic=False):
+            _refuse(q, k, v, cu_seqlens, dtypes=dtypes)
+            calls.append((name, "varlen_bwd", deterministic))
+            return varlen_bwd(dout, q, k, v, out, lse, cu_seqlens, scale, window)
+        return run
+
+    def merging(name):
+        return dict(dense_lse=dense_lse(name), varlen_lse=varlen_lse_(name), dense_bwd=dense_bwd(name),
+                    varlen_bwd=varlen_bwd_(name))
+
     def block(query, key, value, layout, scale, window=None):
         if len({query.dtype, key.dtype, value.dtype}) != 1:
             raise TypeError("reference FlexAttention: q/k/v must share one dtype")
@@ -135,10 +222,11 @@ def kernel_set(fa4: bool = True, fp32: bool = False, rename: dict | None = None)
     if rename:
         infos = {k: replace(info, name=rename[k]) if k in rename else info for k, info in infos.items()}
     names = {k: info.name for k, info in infos.items()}
-    sliding = Kernel(infos["fa4"], sliding_unsupported, dense=dense(names["fa4"]), varlen=packed(names["fa4"]), repeatable=FLAG)
+    sliding = Kernel(infos["fa4"], sliding_unsupported, dense=dense(names["fa4"]), varlen=packed(names["fa4"]), repeatable=FLAG,
+                     **merging(names["fa4"]))
     if not fa4:
         sliding = switched_off(sliding, "flash-attn-4 not installed (reference kernels, fa4=False)")
     full = Kernel(infos["ffpa"], full_unsupported, dense=dense(names["ffpa"]), varlen=packed(names["ffpa"]), traceable=True,
-                  repeatable=ALWAYS)
+                  repeatable=ALWAYS, **merging(names["ffpa"]))
     return ReferenceSet("reference", (full, sliding, Kernel(infos["flex"], flex_unsupported, block=block, traceable=True,
                                                             repeatable=NEVER)), calls=calls)

@@ -109,8 +109,8 @@ def choose(call: Call) -> tuple[Route, InGraph, Layout | None]:
         elif how == InGraph.OP:
             route = Route(route.kernel, IN_OP_ROUTE)
         return _noted(call, route, active), how, layout
-    route, layout = execute.finish(route, call.mask, facts.mask, call.query.shape[0], call.window, call.layer.layer_idx,
-                                   facts.mask_kernel)
+    route, layout = execute.finish(active, route, call.mask, facts.mask, call.query.shape[0], call.window,
+                                   call.layer.layer_idx, facts.mask_kernel)
     if route.fused and (call.precision.cast or call.deterministic):
         route = _noted(call, route, active)
     return route, InGraph.DIRECT, layout

@@ -38,7 +38,7 @@ def _autograd_inside_op():
 def _forward(query, key, value, mask, scale: float, window: Optional[int], kernel: str, mask_kernel: Optional[str],
              layer_idx: int, deterministic: bool, cast_note: str, record: bool) -> torch.Tensor:
     active = kernels.active()
-    route, layout = execute.finish(Route(kernel, DENSE_CAUSAL), mask, Mask.PLAIN if mask is None else Mask.TENSOR,
+    route, layout = execute.finish(active, Route(kernel, DENSE_CAUSAL), mask, Mask.PLAIN if mask is None else Mask.TENSOR,
                                    query.shape[0], window, layer_idx, mask_kernel)
     if record:
         repeatable = active.by_name(route.kernel).repeatable if route.fused else None

@@ -110,13 +110,19 @@ def decide(f: CallFacts) -> Route:
     return Route(SDPA, "; ".join(o.problem for o in f.offers) or "no kernel in the table serves this layer")
 
 
-def refine(route: Route, shape: Shape, mask_kernel: str | None = None) -> Route:
+BLOCKS_REASON = "causal + bidirectional image blocks (in-block keys merged by log-sum-exp)"
+
+
+def refine(route: Route, shape: Shape, mask_kernel: str | None = None, merges: bool = False) -> Route:
     """Finish a fused route once the mask's structure is known; ``mask_kernel``: the table kernel
-    that takes a mask the others cannot express (a bool 4-D mask, ``CallFacts.mask_kernel``)."""
+    that takes a mask the others cannot express (a bool 4-D mask, ``CallFacts.mask_kernel``);
+    ``merges``: the route's kernel takes bidirectional blocks (``Kernel.merges``)."""
     if shape == Shape.DENSE:
         return Route(route.kernel, "dense causal (mask is plain causal)")
     if shape == Shape.VARLEN:
         return Route(route.kernel, "varlen (padding/packing)")
+    if shape == Shape.BLOCKS and merges:
+        return Route(route.kernel, BLOCKS_REASON)
     if mask_kernel is not None:
         return Route(mask_kernel, "mask is not causal+padding/packing (e.g. bidirectional image blocks): BlockMask")
     return Route(SDPA, "mask is not causal+padding/packing (e.g. bidirectional image blocks)")

@@ -9,20 +9,21 @@ from __future__ import annotations
 import torch
 
 from .. import hf
-from ..kernels import KernelSet
+from ..kernels import KernelSet, blocks
 from ..kernels.layout import Layout
 from ..names import Mask, Shape
 from . import masks
 from .decide import EAGER, Route, refine
 
 
-def finish(route: Route, mask, mask_kind: Mask, batch: int, window: int | None, layer_idx: int,
+def finish(kernels: KernelSet, route: Route, mask, mask_kind: Mask, batch: int, window: int | None, layer_idx: int,
            mask_kernel: str | None) -> tuple[Route, Layout | None]:
     """A fused route with a 4-D mask, refined once the mask's structure is read."""
     if not route.fused or mask_kind != Mask.TENSOR:
         return route, None
     layout = masks.analyse(mask, batch, window, layer_idx)
-    return refine(route, layout.kind, mask_kernel if layout.allowed is not None else None), layout
+    return refine(route, layout.kind, mask_kernel if layout.allowed is not None else None,
+                  kernels.by_name(route.kernel).merges), layout
 
 
 def run(kernels: KernelSet, route: Route, layout: Layout | None, query, key, value, scale: float,
@@ -32,6 +33,8 @@ def run(kernels: KernelSet, route: Route, layout: Layout | None, query, key, val
     if kernel.block is not None:  # a kernel that takes any mask builds it from the layout itself
         return kernel.block(query, key, value, layout, scale, window)
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # [B, S, H, D] views
+    if layout is not None and layout.kind == Shape.BLOCKS:
+        return blocks.attention(kernel, q, k, v, layout, scale, window, deterministic)
     if layout is None or layout.kind == Shape.DENSE:
         return kernel.dense(q, k, v, scale, window, deterministic)
     batch, seq = q.shape[:2]

@@ -149,21 +149,66 @@ def read(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     starts = real & ~sees_prev
     segment = starts.cumsum(-1)
     pos = torch.arange(seq, device=mask.device)
-    bad = torch.zeros((), dtype=torch.bool, device=mask.device)
-    for r0 in range(0, seq, _ROW_CHUNK):
-        rows = pos[r0 : r0 + _ROW_CHUNK, None]
-        expected = (segment[:, r0 : r0 + _ROW_CHUNK, None] == segment[:, None, :]) & real[:, None, :] & (pos <= rows)
-        if window is not None:
-            expected &= (rows - pos) < window
-        wrong = (allowed[:, r0 : r0 + _ROW_CHUNK] != expected) & real[:, r0 : r0 + _ROW_CHUNK, None]
-        bad |= wrong.any()
-    if bad.item():
-        return other
+    ends = None  # bidirectional blocks: the last key each query sees (its block's last token)
+    if _differs(allowed, real, segment, window, pos):
+        ends = _last_key(allowed, pos)
+        # a block is a run: a token that sees past itself shares its last key with the next token
+        after = torch.nn.functional.pad(ends[:, 1:], (0, 1), value=-1)
+        if bool((real & (ends > pos) & (after != ends)).any()) or _differs(allowed, real, segment, window, pos, ends):
+            return other
     real, starts, segment = (t.expand(batch, seq) for t in (real, starts, segment))
     if not bool(real.any()):  # nothing but padding (or batch 0): stock's own handling, via SDPA
         return other
-    if bool((real.all(-1) & (starts.sum(-1) == 1)).all()):
+    blocks = None if ends is None else _blocks(ends.expand(batch, seq), real, pos)
+    if blocks is not None and blocks.shape[0] == 0:
+        return other  # "blocks" with no later key at all: cannot be (the first check would have passed)
+    unpadded = bool((real.all(-1) & (starts.sum(-1) == 1)).all())
+    if blocks is not None:
+        kw = dict(allowed=mask if mask.dtype == torch.bool else None, blocks=blocks, max_block=int(blocks[:, 1].max()))
+        if unpadded:
+            return Layout(Shape.BLOCKS, **kw)
+        return _varlen(Shape.BLOCKS, real, starts, segment, batch, seq, **kw)
+    if unpadded:
         return Layout(Shape.DENSE)
+    return _varlen(Shape.VARLEN, real, starts, segment, batch, seq)
+
+
+def _differs(allowed, real, segment, window, pos, ends=None) -> bool:
+    """Whether the mask differs, on some real query row, from "causal in the query's segment, key
+    not padding, within the window" (with ``ends``: OR "a later key of the query's block", a block
+    being the run of tokens whose last visible key is the same)."""
+    bad = torch.zeros((), dtype=torch.bool, device=allowed.device)
+    for r0 in range(0, allowed.shape[-1], _ROW_CHUNK):
+        rows = pos[r0 : r0 + _ROW_CHUNK, None]
+        same_segment = segment[:, r0 : r0 + _ROW_CHUNK, None] == segment[:, None, :]
+        expected = same_segment & real[:, None, :] & (pos <= rows)
+        if window is not None:
+            expected &= (rows - pos) < window
+        if ends is not None:
+            expected |= same_segment & real[:, None, :] & (pos > rows) & (ends[:, r0 : r0 + _ROW_CHUNK, None] == ends[:, None, :])
+        wrong = (allowed[:, r0 : r0 + _ROW_CHUNK] != expected) & real[:, r0 : r0 + _ROW_CHUNK, None]
+        bad |= wrong.any()
+    return bool(bad.item())
+
+
+def _last_key(allowed, pos):
+    """The last key each query row may see (-1 for a row that sees none)."""
+    return torch.cat([torch.where(allowed[:, r0 : r0 + _ROW_CHUNK], pos, -1).amax(-1)
+                      for r0 in range(0, allowed.shape[-1], _ROW_CHUNK)], dim=-1)
+
+
+def _blocks(ends, real, pos):
+    """[n, 2] (flat start in B*S, length) of the runs of real tokens that see keys after themselves:
+    a block starts where a token sees past itself and its neighbour before does not share its end."""
+    batch, seq = ends.shape
+    later = real & (ends > pos)
+    first = later & (torch.nn.functional.pad(ends[:, :-1], (1, 0), value=-1) != ends)
+    row, start = first.nonzero(as_tuple=True)
+    length = ends[row, start] - start + 1
+    return torch.stack([row * seq + start, length], dim=1)
+
+
+def _varlen(kind, real, starts, segment, batch: int, seq: int, **extra) -> Layout:
     per_row = starts.sum(-1)
     row_offset = torch.nn.functional.pad(per_row.cumsum(0)[:-1], (1, 0))
     global_segment = (segment + row_offset[:, None]).flatten()
@@ -171,7 +216,7 @@ def read(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     lengths = torch.bincount(global_segment[indices] - 1, minlength=int(per_row.sum()))
     cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
     segments = torch.where(real, global_segment.view(batch, seq), 0).to(torch.int32)
-    return Layout(Shape.VARLEN, indices, cu_seqlens, int(lengths.max()), segments)
+    return Layout(kind, indices, cu_seqlens, int(lengths.max()), segments, **extra)
 
 
 # -- masks spelled out for fallbacks ------------------------------------------------------------

@@ -59,15 +59,49 @@ def _batch(kind, s=512):
     return ids, kw, valid
 
 
+#: released full-layer shapes (query heads, KV heads) at head_dim 512
+FULL_SHAPES = {"31B": (32, 4), "26B-A4B": (16, 2), "12B": (16, 1), "E4B": (8, 2), "E2B": (8, 1)}
+
+
+@pytest.mark.parametrize("layout", ["dense", "varlen"])
+@pytest.mark.parametrize("model", ["12B", "31B"])
+def test_ffpa_at_a_released_full_layer_shape_matches_fp32(model, layout):
+    """The kernel the table routes full layers to, at the model's own GQA (12B: 16 query heads on
+    one KV head), dense and varlen, forward and gradients against fp32."""
+    torch.manual_seed(0)
+    hq, hk = FULL_SHAPES[model]
+    n, d = 2048, 512
+    q, k, v = (torch.randn(1, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (hq, hk, hk))
+    cu = torch.tensor([0, 700, 1500, n], device="cuda", dtype=torch.int32)
+    if layout == "dense":
+        out = ffpa_kernels.dense(q, k, v, d ** -0.5)
+    else:
+        out = ffpa_kernels.varlen(q[0], k[0], v[0], cu, 800, d ** -0.5)[None]
+    g = torch.randn_like(out)
+    out.backward(g)
+    qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+    if layout == "dense":
+        ref = reference.attention(qf, kf, vf, d ** -0.5)
+    else:
+        ref = reference.varlen(qf[0], kf[0], vf[0], cu, d ** -0.5)[None]
+    ref.backward(g.float())
+    assert rel_err(out, ref) < 1e-2
+    for got, want in zip((q.grad, k.grad, v.grad), (qf.grad, kf.grad, vf.grad)):
+        assert rel_err(got, want) < 2e-2
+
+
 @pytest.mark.parametrize("sliding", ["fa4", "flex"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("kind", ["text", "padded", "packed"])
-def test_tiny_gemma4_on_real_kernels_matches_fp32(kind, dtype, sliding):
+@pytest.mark.parametrize("family", ["dense31b", "unified12b"])
+def test_tiny_gemma4_on_real_kernels_matches_fp32(family, kind, dtype, sliding):
     """Error vs the fp32 model is at the level of stock low-precision SDPA (FACTS: same as SDPA bf16)."""
     from ffpa_patch.kernels import use
     from ffpa_patch.kernels import cute
 
-    fp32, low = _model_pair("dense31b", dtype)
+    if family in tiny.UNIFIED and not tiny.has_unified():
+        pytest.skip("this Transformers has no gemma4_unified")
+    fp32, low = _model_pair(family, dtype)
     ids, kw, valid = _batch(kind)
     with torch.no_grad(), use(cute.kernel_set(fa4=sliding == "fa4")):
         ref = fp32(ids, **kw).logits
@@ -375,12 +409,14 @@ def _bitwise_repeatable(fn, runs=3):
 
 
 @pytest.mark.parametrize("layout", ["dense", "varlen"])
-def test_ffpa_backward_is_bitwise_repeatable_at_the_routed_shapes(layout):
+@pytest.mark.parametrize("model", ["31B", "12B"])
+def test_ffpa_backward_is_bitwise_repeatable_at_the_routed_shapes(model, layout):
     """The kernel table declares FFPA's backward repeatable as it is (split-D, atomic-free on
     sm90), so deterministic mode keeps the full layers on FFPA: checked here at Gemma4-31B's
-    full-layer shape (32 query heads, 4 KV heads, D=512), dense and varlen (padding/packing)."""
+    full-layer shape (32 query heads, 4 KV heads, D=512) and the 12B's (16 on 1), dense and
+    varlen (padding/packing)."""
     torch.manual_seed(0)
-    n, hq, hk, d = 4096, 32, 4, 512
+    (hq, hk), n, d = FULL_SHAPES[model], 4096, 512
     q, k, v = (torch.randn(1, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (hq, hk, hk))
     g = torch.randn(1, n, hq, d, device="cuda", dtype=torch.bfloat16)
     cu = torch.tensor([0, 1000, 2500, n], device="cuda", dtype=torch.int32)  # the longest: 1596
