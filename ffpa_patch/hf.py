@@ -151,23 +151,27 @@ def eager_attention(module: Any) -> Callable:
 
 
 class LayerFacts(NamedTuple):
-    """What routing reads off a Gemma 4 text attention layer (a tuple: this runs on every call)."""
+    """What routing reads off a Gemma 4 text attention layer on every call (module attributes only:
+    a config attribute costs microseconds on Transformers 5.15+, so those are read where needed)."""
 
     layer_idx: int
     is_sliding: bool
     is_causal: bool
-    window: int | None  # the sliding window Transformers builds this forward's mask with (None: full layer)
-    last: bool  # the model's last decoder layer (the first-forward line is printed there)
 
 
 def layer(module: Any) -> LayerFacts:
-    """The window is the config's, read at forward time (``module.sliding_window`` is the copy made
-    when the model was built)."""
-    config = module.config
-    sliding = bool(module.is_sliding)
-    return LayerFacts(module.layer_idx, sliding, bool(getattr(module, "is_causal", True)),
-                      getattr(config, "sliding_window", None) if sliding else None,
-                      module.layer_idx == getattr(config, "num_hidden_layers", 0) - 1)
+    return LayerFacts(module.layer_idx, bool(module.is_sliding), bool(getattr(module, "is_causal", True)))
+
+
+def configured_window(module: Any) -> int | None:
+    """The sliding window Transformers builds this forward's mask with: the config's, read at
+    forward time (``module.sliding_window`` is the copy made when the model was built)."""
+    return getattr(module.config, "sliding_window", None) if module.is_sliding else None
+
+
+def is_last_layer(module: Any) -> bool:
+    """The model's last decoder layer (the first-forward line is printed there)."""
+    return module.layer_idx == getattr(module.config, "num_hidden_layers", 0) - 1
 
 
 def config_of(module: Any) -> Any:

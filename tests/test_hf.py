@@ -36,8 +36,8 @@ def test_text_attention_and_config_are_recognised_and_nothing_else():
     assert all(hf.is_text_attention(layer.self_attn) for layer in model.model.layers)
     assert not hf.is_text_attention(model.model.layers[0].mlp)
     assert hf.is_text_config(model.config) and not hf.is_text_config(None)
-    assert hf.layer(model.model.layers[0].self_attn).window == model.config.sliding_window
+    assert hf.configured_window(model.model.layers[0].self_attn) == model.config.sliding_window
     model.config.sliding_window = 3  # read at call time, as Transformers builds the mask
-    assert hf.layer(model.model.layers[0].self_attn).window == 3
-    assert hf.layer(model.model.layers[5].self_attn).window is None
-    assert [hf.layer(layer.self_attn).last for layer in model.model.layers] == [False] * 5 + [True]
+    assert hf.configured_window(model.model.layers[0].self_attn) == 3
+    assert hf.configured_window(model.model.layers[5].self_attn) is None
+    assert [hf.is_last_layer(layer.self_attn) for layer in model.model.layers] == [False] * 5 + [True]

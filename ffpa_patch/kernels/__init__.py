@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, NamedTuple
 
 from ..names import Backend, Layer
@@ -128,6 +128,7 @@ class Offer(NamedTuple):
 class KernelSet:
     name: str
     kernels: tuple  # Kernel, in order of preference within each layer kind
+    _offers: dict = field(default_factory=dict, compare=False, repr=False)  # eager calls' offers, by their facts
 
     def by_name(self, name: str) -> Kernel:
         for kernel in self.kernels:  # a loop, not a cached dict: Dynamo traces this
@@ -142,6 +143,14 @@ class KernelSet:
         """Each kernel serving ``layer``, in order, with why it refuses this call (or None)."""
         return tuple(Offer(k.name, k.refuses(backend, device, dtype, head_dim, deterministic), k.info.any_mask)
                      for k in self.kernels if k.info.serves == layer)
+
+    def cached_offers(self, *facts) -> tuple:
+        """``offers`` remembered per set of facts (a kernel's answers depend on nothing else): an eager
+        call's lookup is one dict read. Not for traced code, which calls ``offers``."""
+        found = self._offers.get(facts)
+        if found is None:
+            found = self._offers[facts] = self.offers(*facts)
+        return found
 
 
 def machine_fact(fn):

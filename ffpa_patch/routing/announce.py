@@ -17,6 +17,12 @@ _done: dict[int, weakref.ref] = {}
 _pending: dict[int, Counter] = {}
 
 
+def pending(config) -> bool:
+    """This model's first forward has not been said yet."""
+    ref = _done.get(id(config))
+    return config is not None and (ref is None or ref() is not config)
+
+
 def note(config, last: bool, backend: str, family: str, layer: str, kernel: str, reason: str) -> None:
     """One call of a model's first forward; ``last``: its last decoder layer (the line is printed)."""
     key = id(config)

@@ -18,7 +18,7 @@ from ..errors import FFPAFallbackError
 from ..kernels import Offer
 from ..kernels.layout import Layout
 from ..names import Backend, InGraph, Layer, Mask, Shape
-from . import compiled, execute, masks, policy, precision
+from . import announce, compiled, execute, masks, policy, precision
 from .decide import REFUSE, SDPA, CallFacts, Route, decide, in_graph
 
 _CP_MODULE = "torch.distributed.tensor.experimental._context_parallel._attention"
@@ -76,8 +76,10 @@ def read(module, query, key, value, mask, backend: str, kwargs: dict) -> Call:
     active = kernels.active()
     if call_precision.problem:  # q/k/v dtypes that no kernel takes
         offers = tuple(Offer(k.name, call_precision.problem, k.info.any_mask) for k in active.serving(kind))
-    else:
+    elif compiling:
         offers = active.offers(kind, backend, query.device, call_precision.dtype, head_dim, deterministic)
+    else:
+        offers = active.cached_offers(kind, backend, query.device, call_precision.dtype, head_dim, deterministic)
     facts = CallFacts(
         backend=backend, is_sliding=layer.is_sliding, is_causal=layer.is_causal, head_dim=head_dim,
         q_len=query.shape[2], kv_len=key.shape[2], mask=mask_kind, mask_note=mask_note,
@@ -85,7 +87,7 @@ def read(module, query, key, value, mask, backend: str, kwargs: dict) -> Call:
         offers=offers, context_parallel=context_parallel_active(query),
         sdpa_pinned=policy.sdpa_pinned() if backend == Backend.SDPA else None,
     )
-    window = mask.window if mask_kind == Mask.PLAIN else layer.window
+    window = mask.window if mask_kind == Mask.PLAIN else hf.configured_window(module) if layer.is_sliding else None
     return Call(module, query, key, value, mask, kwargs, backend, compiling, kind, facts, layer, family,
                 call_precision, deterministic, window)
 
@@ -126,7 +128,11 @@ def _account(call: Call, route: Route) -> None:
     if call.layer is None:
         policy.account(call.kind, call.query.shape[-1], route, where=where)
         return
-    announce_as = None if call.compiling else (hf.config_of(call.module), call.layer.last, call.backend, call.family.label)
+    announce_as = None
+    if not call.compiling:
+        config = hf.config_of(call.module)
+        if announce.pending(config):
+            announce_as = (config, hf.is_last_layer(call.module), call.backend, call.family.label)
     policy.account(call.kind, call.facts.head_dim, route, where=where, layer_idx=call.layer.layer_idx, announce_as=announce_as)
 
 

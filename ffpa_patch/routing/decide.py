@@ -9,7 +9,7 @@ same reasons appear in ``stats()``, ``status()`` and strict-mode errors.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..names import Backend, Fallback, InGraph, Mask, Shape
 
@@ -32,8 +32,7 @@ MISSING_MASK = (
 )
 
 
-@dataclass(frozen=True)
-class Route:
+class Route(NamedTuple):  # (a tuple: made several times per attention call)
     kernel: str  # a table kernel's name, or a Fallback
     reason: str
     chosen: bool = False  # the call's or the user's own choice (decode, CP, sdpa_kernel), not a missed chance
@@ -49,8 +48,7 @@ class Route:
         return Route(self.kernel, f"{self.reason}; {extra}", self.chosen) if extra else self
 
 
-@dataclass(frozen=True)
-class CallFacts:
+class CallFacts(NamedTuple):
     backend: Backend
     is_sliding: bool
     is_causal: bool

@@ -489,3 +489,141 @@ def test_a_double_backward_through_the_real_kernels_raises():
     with pytest.raises(RuntimeError, match="second-order gradients"):
         grads = torch.autograd.grad(loss, params, create_graph=True)
         sum(g.float().square().sum() for g in grads).backward()
+
+
+# -- image blocks (kernels/blocks.py): the log-sum-exp entry points and the merged union --------------------
+def _image_mask(n, window, blocks, pad=0):
+    """Transformers' vision mask: AND(window on the past, OR(causal, same block)), keys after ``pad`` real."""
+    i, j = torch.arange(n, device="cuda")[:, None], torch.arange(n, device="cuda")[None, :]
+    allowed = j <= i
+    for s, length in blocks:
+        allowed |= (i >= s) & (i < s + length) & (j > i) & (j < s + length)
+    if window is not None:
+        allowed &= j > i - window
+    allowed &= j >= pad
+    allowed[:pad, :pad] = torch.eye(pad, dtype=torch.bool, device="cuda")
+    return allowed
+
+
+@pytest.mark.parametrize("kernel_name, hq, hk, d, window", [("fa4", 32, 16, 256, 1024), ("ffpa", 16, 1, 512, None)])
+@pytest.mark.parametrize("layout", ["dense", "varlen"])
+def test_lse_entry_points_are_natural_log_and_their_backward_takes_a_given_out(kernel_name, hq, hk, d, window, layout):
+    """What kernels/blocks.py relies on: lse is the natural-log LSE of the scaled scores, and the
+    backward from (out, lse) equals the kernel's own autograd gradients."""
+    from ffpa_patch.kernels import cute
+
+    kernel = cute.kernel_set().by_name(kernel_name)
+    if kernel.unsupported(torch.device("cuda"), torch.bfloat16, d):
+        pytest.skip(kernel.unsupported(torch.device("cuda"), torch.bfloat16, d))
+    torch.manual_seed(0)
+    n, scale = 2048, d ** -0.5
+    q, k, v = (torch.randn(1, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (hq, hk, hk))
+    cu = torch.tensor([0, 700, n], device="cuda", dtype=torch.int32)
+    if layout == "dense":
+        out, lse = kernel.dense_lse(q, k, v, scale, window)
+        own = kernel.dense(q, k, v, scale, window)
+        ref_out, ref_lse = reference.attention_lse(q.float(), k.float(), v.float(), scale, window)
+    else:
+        out, lse = kernel.varlen_lse(q[0], k[0], v[0], cu, 1348, scale, window)
+        own = kernel.varlen(q[0], k[0], v[0], cu, 1348, scale, window)
+        ref_out, ref_lse = reference.varlen_lse(q[0].float(), k[0].float(), v[0].float(), cu, scale, window)
+    assert (lse - ref_lse).abs().max().item() < 2e-2  # natural log: a log2 LSE would be off by 30%
+    assert rel_err(out, ref_out) < 1e-2
+    g = torch.randn_like(own)
+    want = torch.autograd.grad(own, (q, k, v), g)
+    if layout == "dense":
+        got = kernel.dense_bwd(g.contiguous(), q, k, v, out, lse, scale, window)
+    else:
+        got = [t[None] for t in kernel.varlen_bwd(g.contiguous(), q[0], k[0], v[0], out, lse, cu, 1348, scale, window)]
+    for a, b in zip(got, want):
+        assert rel_err(a, b) < 1e-2
+
+
+@pytest.mark.parametrize("layer, hq, hk, d, window", [("sliding 31B", 32, 16, 256, 1024), ("full 12B", 16, 1, 512, None)])
+@pytest.mark.parametrize("layout", ["dense", "padded"])
+def test_image_blocks_on_the_real_kernels_match_fp32_at_sdpa_error(layer, hq, hk, d, window, layout):
+    """4 image blocks of 280 tokens in 4k tokens (and a left-padded second row): the routed kernel
+    with the blocks merged, forward and gradients against fp32 attention under the mask, at the
+    error of stock bf16 SDPA under the same mask."""
+    from ffpa_patch.kernels import cute
+    from ffpa_patch.routing.masks import read
+
+    n, scale, pad = 4096, d ** -0.5, 300 if layout == "padded" else 0
+    blocks = [(500, 280), (1400, 280), (2600, 280), (3700, 280)]
+    rows = [_image_mask(n, window, blocks), _image_mask(n, window, blocks, pad)] if pad else [_image_mask(n, window, blocks)]
+    mask = torch.stack(rows)[:, None]
+    lay = read(mask, len(rows), window)
+    assert lay.kind == "blocks" and (lay.cu_seqlens is not None) == bool(pad)
+    kernel = cute.kernel_set().by_name("fa4" if window else "ffpa")
+    torch.manual_seed(0)
+    b = len(rows)
+    q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (hq, hk, hk))
+    from ffpa_patch.kernels import blocks as union
+
+    out = union.attention(kernel, q, k, v, lay, scale, window)
+    real = mask[:, 0].diagonal(dim1=-2, dim2=-1)
+    g = torch.randn_like(out) * real[..., None, None]
+    got = torch.autograd.grad(out, (q, k, v), g)
+    bhsd = [t.detach().transpose(1, 2) for t in (q, k, v)]
+    stock = torch.nn.functional.scaled_dot_product_attention(*[t.requires_grad_() for t in bhsd], attn_mask=mask, scale=scale,
+                                                             enable_gqa=True).transpose(1, 2)
+    stock_grads = torch.autograd.grad(stock, bhsd, g)
+    f32 = [t.float().requires_grad_() for t in bhsd]
+    ref = reference.masked(*f32, mask, scale)
+    ref_grads = torch.autograd.grad(ref, f32, g.float())
+    err, floor = rel_err(out[real], ref[real]), rel_err(stock[real], ref[real])
+    print(f"{layer} {layout}: out {err:.4f} (stock bf16 SDPA {floor:.4f})")
+    assert err <= 1.25 * floor + 2e-3
+    for a, s, r in zip(got, stock_grads, ref_grads):  # ours [B, S, H, D]; stock's and the reference's [B, H, S, D]
+        assert rel_err(a.transpose(1, 2), r) <= 1.25 * rel_err(s, r) + 5e-3
+
+
+def test_image_blocks_are_bitwise_repeatable_under_deterministic_algorithms():
+    from ffpa_patch.kernels import blocks as union
+    from ffpa_patch.kernels import cute
+    from ffpa_patch.routing.masks import read
+
+    n, hq, hk, d, window = 4096, 32, 16, 256, 1024
+    mask = _image_mask(n, window, [(500, 280), (2000, 280)])[None, None]
+    lay = read(mask, 1, window)
+    kernel = cute.kernel_set().by_name("fa4")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (hq, hk, hk))
+    g = torch.randn(1, n, hq, d, device="cuda", dtype=torch.bfloat16)
+
+    def grads():
+        out = union.attention(kernel, q, k, v, lay, d ** -0.5, window, deterministic=True)
+        return torch.autograd.grad(out, (q, k, v), g)
+
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert _bitwise_repeatable(grads)
+    finally:
+        torch.use_deterministic_algorithms(previous)
+
+
+@pytest.mark.parametrize("family", ["dense31b", "unified12b"])
+def test_tiny_vision_model_image_batch_on_real_kernels_matches_fp32(family):
+    """Both routes of a whole (tiny) vision model on an image batch: every layer fused (sliding on
+    flash-attn-4 with the blocks merged), logits at stock bf16 SDPA's error against fp32."""
+    if family in tiny.UNIFIED and not tiny.has_unified():
+        pytest.skip("this Transformers has no gemma4_unified")
+    fp32 = tiny.vision_lm(family, attn="eager").cuda()
+    low = tiny.vision_lm(family, attn="ffpa").to("cuda", torch.bfloat16)
+    ids = torch.randint(1, 100, (2, 512), device="cuda")
+    ids[0, 40:120] = tiny.IMAGE_TOKEN
+    ids[1, 300:400] = tiny.IMAGE_TOKEN
+    kw = {"mm_token_type_ids": (ids == tiny.IMAGE_TOKEN).long()}
+    with torch.no_grad():
+        ref = fp32(ids, **kw).logits
+        ffpa_patch.revert()
+        low.set_attn_implementation("sdpa")
+        stock = low(ids, **kw).logits
+        ffpa_patch.apply()
+        for attn in ("ffpa", "sdpa"):
+            low.set_attn_implementation(attn)
+            stats.reset()
+            out = low(ids, **kw).logits
+            assert rel_err(out, ref) <= 1.25 * rel_err(stock, ref) + 2e-3, attn
+            assert stats.total(kernel="sdpa") == 0 and stats.total("sliding", "fa4") > 0, stats.snapshot()
