@@ -19,6 +19,10 @@ def _flag(name: str) -> bool:
     raise ValueError(f"{name}={os.environ[name]!r} is not a switch: use {SPELLINGS}")
 
 
+def read_names(name: str) -> frozenset[str] | None:
+    return _names(name)
+
+
 def _names(name: str) -> frozenset[str] | None:
     raw = os.environ.get(name, "").strip()
     return frozenset(n.strip().lower() for n in raw.split(",") if n.strip()) if raw else None

@@ -64,6 +64,30 @@ def _module_exists(name: str) -> bool:
     return not rest or os.path.exists(base + ".py") or os.path.isdir(base)
 
 
+BACKEND_PATCH = "ffpa_backend"  # the patch that registers attn_implementation="ffpa"
+
+
+def _flag(name: str, value) -> bool:
+    """apply()'s strict= / force=: a bool (None means "from the environment"), never a truthy string."""
+    if isinstance(value, bool):
+        return value
+    raise TypeError(f"ffpa_patch.apply({name}=...) takes True, False or None (the {name.upper()} switch), got {value!r}")
+
+
+def _names(what: str, value) -> tuple[str, ...]:
+    """apply()'s targets= / exclude=: patch names, as an iterable of strings or one string
+    ("a" or "a,b", as FFPA_PATCH_TARGETS takes them)."""
+    if isinstance(value, str):
+        value = value.split(",")
+    try:
+        items = tuple(value)
+    except TypeError:
+        items = (value,)
+    if not all(isinstance(v, str) for v in items):
+        raise TypeError(f"ffpa_patch.apply({what}=...) takes patch names (strings, or one string \"a,b\"), got {value!r}")
+    return tuple(v.strip().lower() for v in items if v.strip())
+
+
 class Lifecycle:
     def __init__(self, patch_classes):
         self.patches: dict[str, Patch] = {cls.name: cls() for cls in patch_classes}
@@ -75,13 +99,15 @@ class Lifecycle:
         self._lock = threading.RLock()
         self._hooks = {name: self._hook(name) for name in self.names}
         # while off, attn_implementation="ffpa" gets an error naming the reason (patches/explain_off.py)
-        self._explainer = ExplainOff(lambda: self.message)
+        self._explainer = ExplainOff(self._why_no_backend)
         self._explain_hook = self._explainer_hook()
 
     # -- saying things -------------------------------------------------------------------
     def _say(self, explicit: bool, msg: str) -> None:
         """Warn on the explicit path (pointing at the caller of apply()); on the automatic one,
-        one line to the logger or, when logging is not configured, stderr."""
+        one line to the logger or, when logging is not configured, stderr. ``msg`` is said
+        after "ffpa_patch: ", as status() shows its message."""
+        msg = f"ffpa_patch: {msg}"
         if explicit:
             warnings.warn(msg, FFPAPatchWarning, stacklevel=_callers_level())
         elif msg not in self._logged:
@@ -92,8 +118,8 @@ class Lifecycle:
     def _select(self, targets: Iterable[str] | None, exclude: Iterable[str], settings: env.Settings) -> list[str]:
         """The patches asked for; a selection that names nothing, or names one patch both to
         apply and to leave out, is a mistake to say, not an empty "active"."""
-        chosen = {t.lower() for t in targets} if targets is not None else set(self.names if settings.targets is None else settings.targets)
-        dropped = {e.lower() for e in exclude} | settings.exclude
+        chosen = set(targets) if targets is not None else set(self.names if settings.targets is None else settings.targets)
+        dropped = set(exclude) | settings.exclude
         unknown = (chosen | dropped) - set(self.names)
         if unknown:
             raise ValueError(f"unknown ffpa_patch target(s) {sorted(unknown)}; known: {list(self.names)}")
@@ -113,7 +139,7 @@ class Lifecycle:
                 try:
                     patch.apply_to(module)
                 except Exception as exc:
-                    self._say(False, f"ffpa_patch: {name} failed on import of {patch.module} and was rolled back: {exc}")
+                    self._say(False, f"{name} failed on import of {patch.module} and was rolled back: {exc}")
 
         return on_import
 
@@ -125,20 +151,41 @@ class Lifecycle:
                     try:
                         self._explainer.apply_to(module)
                     except Exception as exc:  # it only improves an error message: never worth failing for
-                        self._say(False, f"ffpa_patch: could not explain attn_implementation='ffpa' errors: {exc}")
+                        self._say(False, f"could not explain attn_implementation='ffpa' errors: {exc}")
 
         return on_import
 
     def _set(self, state: str, message: str) -> None:
-        """Every change of state goes through here: off states explain "ffpa" requests, others do not."""
+        """Every change of state goes through here: while off (or on without the "ffpa" backend)
+        requests for "ffpa" are explained; after revert() nothing of ffpa_patch's stays."""
         self.state, self.message = state, message
-        if state in OFF:
-            when_imported(self._explainer.module, self._explain_hook)
+        if self._explains():
+            module = sys.modules.get(self._explainer.module)
+            if module is not None:  # imported already: a hook registered before would not fire again
+                self._explain_hook(module)
+            else:
+                when_imported(self._explainer.module, self._explain_hook)
         elif self._explainer.applied:
             self._explainer.revert()
 
+    def _explains(self) -> bool:
+        return self.state in OFF or (self.state == ACTIVE and BACKEND_PATCH not in self.wanted)
+
+    def _why_no_backend(self) -> str:
+        """What the "ffpa" explanation says: the off state's message, or why the backend patch is out."""
+        if self.state in OFF:
+            return self.message
+        env_targets = env.read_names("FFPA_PATCH_TARGETS")
+        how = "FFPA_PATCH_EXCLUDE / exclude=" if env_targets is None or BACKEND_PATCH in env_targets else "FFPA_PATCH_TARGETS / targets="
+        return f"its {BACKEND_PATCH} patch is not among the patches applied ({how})"
+
     @_locked
     def apply(self, *, explicit: bool, strict: bool | None, targets, exclude, force: bool | None) -> Status:
+        # the arguments' types first: a wrong one is the caller's mistake, not a state to be in
+        strict = None if strict is None else _flag("strict", strict)
+        force = None if force is None else _flag("force", force)
+        targets = None if targets is None else _names("targets", targets)
+        exclude = _names("exclude", exclude)
         try:
             settings = env.read()
             names = [] if settings.disable else self._select(targets, exclude, settings)
@@ -146,7 +193,7 @@ class Lifecycle:
             self._set(MISCONFIGURED, f"not applied: {exc}")
             raise
         if settings.disable:
-            self._set(DISABLED, "disabled by FFPA_PATCH_DISABLE=1")
+            self._set(DISABLED, f"disabled by FFPA_PATCH_DISABLE={os.environ.get('FFPA_PATCH_DISABLE', '').strip()}")
             return self.status()
         strict = settings.strict if strict is None else strict
         force = settings.force if force is None else force
@@ -164,9 +211,9 @@ class Lifecycle:
             off = [n for n in names if blocked[n]]
             hint = ". Set FFPA_PATCH_FORCE=1 (or force=True) to patch anyway."
             if len(off) == len(names):
-                msg = "ffpa_patch not applied: " + "; ".join(problems) + hint
+                msg = "not applied: " + "; ".join(problems) + hint
             else:
-                msg = f"ffpa_patch: {', '.join(off)} off: " + "; ".join(problems) + hint
+                msg = f"{', '.join(off)} off: " + "; ".join(problems) + hint
             if strict:
                 if len(off) == len(names):
                     self._set(UNSUPPORTED_VERSIONS, msg)
@@ -191,7 +238,7 @@ class Lifecycle:
             except Exception as exc:
                 for done in reversed(newly_applied):
                     done.revert()
-                msg = f"ffpa_patch: {name} failed, rolled back this apply(): {type(exc).__name__}: {exc}"
+                msg = f"{name} failed, rolled back this apply(): {type(exc).__name__}: {exc}"
                 self._set(FAILED, msg)
                 if explicit:
                     raise
@@ -228,7 +275,7 @@ class Lifecycle:
                 self._set(FAILED, f"not applied: {exc}")
             if env.strict_requested():
                 raise
-            self._say(False, f"ffpa_patch not applied: {exc}")
+            self._say(False, f"not applied: {exc}")
 
     # -- telling -------------------------------------------------------------------------
     def is_applied(self) -> bool:

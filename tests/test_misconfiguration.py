@@ -20,7 +20,7 @@ def python(code, **env_extra):
 def test_an_unknown_target_is_named_on_stderr_and_in_the_status(value):
     done = python(STATUS, FFPA_PATCH_TARGETS=value)
     assert done.returncode == 0
-    assert "ffpa_patch not applied: unknown ffpa_patch target(s) ['nonsense']" in done.stderr
+    assert "ffpa_patch: not applied: unknown ffpa_patch target(s) ['nonsense']" in done.stderr
     assert done.stdout.strip().startswith("not applied: unknown ffpa_patch target(s) ['nonsense']")
 
 
@@ -69,7 +69,7 @@ def test_strict_raises_on_the_automatic_path(future_nemo):
 def test_with_logging_configured_the_line_goes_to_the_logger():
     done = python("import logging, sys; logging.basicConfig(stream=sys.stdout, format='LOG %(name)s %(message)s')\n"
                   + STATUS, FFPA_PATCH_TARGETS="nonsense")
-    assert "LOG ffpa_patch ffpa_patch not applied: unknown ffpa_patch target(s)" in done.stdout
+    assert "LOG ffpa_patch ffpa_patch: not applied: unknown ffpa_patch target(s)" in done.stdout
     assert done.stderr == ""
 
 
