@@ -11,6 +11,7 @@ import logging
 from typing import Iterable
 
 from .errors import FFPAFallbackError, FFPANotAppliedError, FFPAPatchWarning, UnsupportedVersionError
+from . import lifecycle as _lifecycle_module
 from .lifecycle import Lifecycle
 from .patches import ALL as _PATCH_CLASSES
 from .report import Status
@@ -72,4 +73,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'ffpa_patch' has no attribute {name!r}")
 
 
-_lifecycle.activate_on_import()
+_lifecycle.activate_on_import(cli=_lifecycle_module.started_as_cli())

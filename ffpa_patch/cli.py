@@ -192,9 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "doctor":
         from ffpa_patch.doctor import run
 
-        ok, lines = run()
+        code, lines = run()
         print("\n".join(f"ffpa-patch doctor: {line}" for line in lines))
-        return 0 if ok else 1
+        return code
     if args.cmd == "startup-path":
         print(os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup.py"))
         return 0

@@ -43,10 +43,36 @@ def _train(model, ids, steps: int, sync) -> tuple[list[float], list[float]]:
     return times, losses
 
 
+#: exit codes beyond 0 (ran): as `ffpa-patch status` uses them
+CANNOT_RUN_HERE, OFF, UNSUPPORTED = 3, 4, 5
+
+
+def _not_ready(status, backend_patch: str) -> tuple[int, str] | None:
+    """(exit code, what to say) when ffpa_patch cannot serve attn_implementation="ffpa" here, else None."""
+    from .lifecycle import ACTIVE, UNSUPPORTED_VERSIONS
+
+    if status.state == UNSUPPORTED_VERSIONS:
+        return UNSUPPORTED, f"ffpa_patch is off ({status.message})"
+    if status.state != ACTIVE:
+        return OFF, f"ffpa_patch is off ({status.message})"
+    row = next(p for p in status.patches if p["name"] == backend_patch)
+    if row["state"] in ("skipped", "not applied", "unsupported versions", "failed"):
+        return OFF, f"the {backend_patch} patch, which the demo needs, is {row['state']}: {row['reason']}"
+    return None
+
+
 def run(steps: int | None = None, seq: int | None = None, layers: int = 6, out=print) -> int:
+    """0 when the demo ran; 4/5 (as `ffpa-patch status`) when ffpa_patch is off here; 3 when strict
+    mode stopped it on a machine where the full layers cannot run fused."""
+    import ffpa_patch
+    from ffpa_patch.lifecycle import BACKEND_PATCH
+
+    problem = _not_ready(ffpa_patch.status(), BACKEND_PATCH)
+    if problem:
+        out(f"ffpa-patch demo: nothing to show: {problem[1]}. `ffpa-patch status` says more.")
+        return problem[0]
     import torch
 
-    import ffpa_patch
     from ffpa_patch import hf
     from ffpa_patch.names import Backend, Fallback
 
@@ -65,22 +91,32 @@ def run(steps: int | None = None, seq: int | None = None, layers: int = 6, out=p
     out(f"ffpa-patch demo: {layers} layers (hidden {config.hidden_size}; sliding head_dim 256, window "
         f"{config.sliding_window}; full head_dim 512), {seq} tokens a step, {steps} steps, {device} {str(dtype)[6:]}")
 
+    strict = ffpa_patch.status().strict
     ffpa_patch.revert()
     model.set_attn_implementation("sdpa")
     stock_times, stock_losses = _train(model, ids, steps, sync)
     model.load_state_dict(weights)
-    ffpa_patch.apply()
+    ffpa_patch.apply(strict=strict)
     ffpa_patch.reset_stats()
     model.set_attn_implementation(Backend.FFPA.value)
-    times, losses = _train(model, ids, steps, sync)
+    try:
+        times, losses = _train(model, ids, steps, sync)
+    except ffpa_patch.FFPAFallbackError as exc:
+        out(f"  stopped by strict mode (FFPA_PATCH_STRICT): {exc}. No fused kernel can run the full layers on this "
+            "machine (`ffpa-patch status` says why); without strict mode they run stock SDPA.")
+        return CANNOT_RUN_HERE
 
     def steady(t):
         return statistics.median(t[1:]) if len(t) > 1 else t[0]
 
     fused = sum(r["count"] for r in ffpa_patch.stats() if r["kernel"] not in tuple(Fallback))
     out(f"  stock sdpa : first step {stock_times[0]:.2f} s, then {steady(stock_times) * 1e3:.0f} ms a step")
-    out(f"  ffpa_patch : first step {times[0]:.2f} s" + (" (kernel builds, kept on disk for the next run)" if fused else "")
-        + f", then {steady(times) * 1e3:.0f} ms a step: {steady(stock_times) / steady(times):.2f}x stock")
+    if fused:
+        out(f"  ffpa_patch : first step {times[0]:.2f} s (kernel builds, kept on disk for the next run), then "
+            f"{steady(times) * 1e3:.0f} ms a step: {steady(stock_times) / steady(times):.2f}x stock")
+    else:
+        out(f"  ffpa_patch : first step {times[0]:.2f} s, then {steady(times) * 1e3:.0f} ms a step: no fused kernel "
+            "ran here, so both sides ran stock SDPA and there is no speed-up to show")
     out("  where each attention call went (layer -> kernel: reason  count):")
     for r in ffpa_patch.stats():
         out(f"    {r['layer']:<7} -> {r['kernel']:<5}: {r['reason']}  {r['count']}")

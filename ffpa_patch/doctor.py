@@ -4,18 +4,21 @@ from __future__ import annotations
 import time
 
 
-def run() -> tuple[bool, list[str]]:
+PASS, FAIL, CANNOT_RUN_HERE = 0, 1, 3  # exit codes (3 as `ffpa-patch status`)
+
+
+def run() -> tuple[int, list[str]]:
     import torch
 
     from .kernels import ffpa, reference
 
     lines = []
     if not torch.cuda.is_available():
-        return False, ["no CUDA device: cannot check the FFPA kernels here (routing falls back to SDPA on this machine)"]
+        return CANNOT_RUN_HERE, ["no CUDA device: cannot check the FFPA kernels here (routing falls back to SDPA on this machine)"]
     dev = torch.device("cuda")
     problem = ffpa.unsupported(dev, torch.bfloat16, 512)
     if problem:
-        return False, [f"FFPA cannot run here: {problem}"]
+        return CANNOT_RUN_HERE, [f"FFPA cannot run here: {problem}"]
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2048, h, 512, device=dev, dtype=torch.bfloat16, requires_grad=True) for h in (8, 2, 2))
     t0 = time.perf_counter()
@@ -45,4 +48,4 @@ def run() -> tuple[bool, list[str]]:
         kr, vr = (t.transpose(1, 2).repeat_interleave(4, 1) for t in (k, v))
         t_sdpa = timed(lambda: torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), kr, vr, is_causal=True))
     lines.append(f"forward N=2048: FFPA {t_ffpa:.2f} ms, SDPA repeat-KV {t_sdpa:.2f} ms ({t_sdpa / t_ffpa:.1f}x)")
-    return ok, lines
+    return (PASS if ok else FAIL), lines

@@ -43,6 +43,12 @@ def _locked(method):
     return guarded
 
 
+def started_as_cli() -> bool:
+    """This process is the `ffpa-patch` command (the console script, or ``python -m ffpa_patch``)."""
+    argv = getattr(sys, "orig_argv", sys.argv)
+    return os.path.basename(sys.argv[0] or "") == "ffpa-patch" or list(argv[1:3]) == ["-m", "ffpa_patch"]
+
+
 def _callers_level() -> int:
     """warnings' stacklevel of the first frame outside this package (seen from ``_say``)."""
     frame, level = sys._getframe(2), 2
@@ -96,6 +102,7 @@ class Lifecycle:
         self.message = "not applied"
         self.state = NOT_YET
         self._logged: set[str] = set()  # automatic-path lines already said once
+        self._quiet = False  # activating in the `ffpa-patch` process itself (activate_on_import)
         self._lock = threading.RLock()
         self._hooks = {name: self._hook(name) for name in self.names}
         # while off, attn_implementation="ffpa" gets an error naming the reason (patches/explain_off.py)
@@ -108,6 +115,8 @@ class Lifecycle:
         one line to the logger or, when logging is not configured, stderr. ``msg`` is said
         after "ffpa_patch: ", as status() shows its message."""
         msg = f"ffpa_patch: {msg}"
+        if self._quiet and not explicit:
+            return
         if explicit:
             warnings.warn(msg, FFPAPatchWarning, stacklevel=_callers_level())
         elif msg not in self._logged:
@@ -267,15 +276,20 @@ class Lifecycle:
         self._set(REVERTED, "reverted")
         return self.status()
 
-    def activate_on_import(self) -> None:
+    def activate_on_import(self, cli: bool = False) -> None:
+        """``cli``: the process is `ffpa-patch` itself, which reports the state with its exit codes:
+        nothing is said here and strict mode does not raise from the import."""
+        self._quiet = cli
         try:
             self.apply(explicit=False, strict=None, targets=None, exclude=(), force=None)
         except Exception as exc:  # never break the user's import, unless FFPA_PATCH_STRICT=1 asked for it
             if self.state not in OFF:
                 self._set(FAILED, f"not applied: {exc}")
-            if env.strict_requested():
+            if env.strict_requested() and not cli:
                 raise
             self._say(False, f"not applied: {exc}")
+        finally:
+            self._quiet = False
 
     # -- telling -------------------------------------------------------------------------
     def is_applied(self) -> bool:
