@@ -156,7 +156,7 @@ class Lifecycle:
     def _explainer_hook(self):
         def on_import(module) -> None:
             with self._lock:
-                if self.state in OFF and not self._explainer.applied:
+                if self._explains() and not self._explainer.applied:
                     try:
                         self._explainer.apply_to(module)
                     except Exception as exc:  # it only improves an error message: never worth failing for
