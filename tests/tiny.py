@@ -125,7 +125,7 @@ def _unified_vision_lm(family: str, attn: str, seed: int):
                                                                                  Gemma4UnifiedVisionConfig)
 
     text = text_config(family, attn, use_bidirectional_attention="vision", pad_token_id=0)
-    vision = Gemma4UnifiedVisionConfig(patch_size=2, pooling_kernel_size=1, mm_embed_dim=32, mm_posemb_size=16,
+    vision = Gemma4UnifiedVisionConfig(patch_size=2, pooling_kernel_size=1, mm_embed_dim=text.hidden_size, mm_posemb_size=32,
                                        output_proj_dims=text.hidden_size)
     cfg = Gemma4UnifiedConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), audio_config=None,
                               image_token_id=IMAGE_TOKEN, boi_token_id=121, eoi_token_id=122, video_token_id=123,
