@@ -94,6 +94,15 @@ F12)  # the 12B at full depth, 8k, LoRA, plain checkpointing, released vocab
   full 150 12b ffpa --seq 8192 --steps 4
   full 150 12b floor --seq 8192 --steps 4
   ;;
+IFD)  # image batches at full depth with pixels through the vision tower (LoRA, checkpointing, 8k, 4 images of 280 tokens)
+  for b in sdpa-stock ffpa ffpa-flex floor; do
+    images 200 $PYTHONPATH --model 31b --layers 60 --vocab 32768 --lora --ckpt --pixels --steps 5 --backend $b
+  done
+  images 150 $PYTHONPATH --model 31b --layers 60 --vocab 32768 --lora --ckpt --steps 5 --backend ffpa --text
+  for b in sdpa-stock ffpa floor; do
+    images 150 $PYTHONPATH --model e4b --layers 42 --vocab 262144 --lora --ckpt --pixels --steps 5 --backend $b
+  done
+  ;;
 M)  # the kernel map (issue #36 item 1): every released shape, dense and varlen, fwd and bwd apart
   stamp "kernel map"
   timeout ${MAP_S:-540} python benchmarks/kernel_map.py --seqs ${MAP_SEQS:-2048 4096 8192 16384 32768} \
