@@ -58,9 +58,11 @@ def test_what_is_not_causal_plus_blocks_stays_other():
         assert read(m[None, None], 1, None).kind == "other"
 
 
-def random_image_batch(rng, window=None):
+def random_image_batch(rng, window=None, whole=False):
     """Rows of documents (after optional left padding) holding bidirectional blocks, as Transformers
-    builds them: AND(window on the past, OR(causal, same block)) within each document."""
+    builds them within each document: Gemma 4's own vision masks AND(window on the past, OR(causal,
+    same block)); its generic ones (``whole``: the 12B's training forward) OR(causal AND window,
+    same block)."""
     seq, batch = rng.randint(4, 24), rng.randint(1, 3)
     mask = torch.zeros(batch, 1, seq, seq, dtype=torch.bool)
     blocks, docs = [], 0
@@ -72,11 +74,12 @@ def random_image_batch(rng, window=None):
             q = 0
             while q < n - 1:
                 q += rng.randint(0, 3)
-                length = rng.randint(2, 6)
+                length = rng.randint(2, 9)  # longer than the windows below, at times
                 if q + length > n:
                     break
                 i, j = torch.arange(n)[:, None], torch.arange(n)[None]
-                allowed |= (i >= q) & (i < q + length) & (j > i) & (j < q + length)
+                block = (i >= q) & (i < q + length) & (j >= q) & (j < q + length)
+                allowed |= block if whole else block & (j > i)
                 blocks.append([b * seq + p + q, length])
                 q += length
             mask[b, 0, p : p + n, p : p + n] = allowed
@@ -90,9 +93,9 @@ def test_random_image_batches_give_exactly_their_blocks():
 
     rng = random.Random(1)
     seen = set()
-    for _ in range(300):
-        window = rng.choice([None, 3, 5])
-        mask, batch, blocks = random_image_batch(rng, window)
+    for n in range(400):
+        window, whole = rng.choice([None, 3, 5]), n % 2 == 1
+        mask, batch, blocks = random_image_batch(rng, window, whole)
         lay = read(mask, batch, window)
         if not blocks:
             assert lay.kind in ("dense", "varlen")
@@ -113,9 +116,9 @@ def test_block_union_on_the_reference_seam_is_the_masked_attention():
     rng = random.Random(2)
     kernel = reference.kernel_set(fp32=True).by_name("fa4")
     checked = 0
-    while checked < 40:
-        window = rng.choice([None, 4])
-        mask, batch, found = random_image_batch(rng, window)
+    while checked < 60:
+        window, whole = rng.choice([None, 4]), checked % 2 == 1
+        mask, batch, found = random_image_batch(rng, window, whole)
         lay = read(mask, batch, window)
         if lay.kind != "blocks":
             continue

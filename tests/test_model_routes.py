@@ -304,3 +304,18 @@ def test_compiled_vision_model_does_not_recompile_as_images_move(family, patched
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
     rows = {(r["layer"], r["kernel"], r["reason"]) for r in stats.snapshot()}
     assert ("sliding", "fa4", IN_OP + BLOCKS_REASON) in rows, rows
+
+
+@pytest.mark.parametrize("family", tiny.families("dense31b", "unified12b"))
+def test_image_blocks_longer_than_the_window_stay_on_flash_attn_4(family, patched, reference_kernels):
+    """Gemma4's own vision masks bound a block's past by the window; Transformers' generic ones (the
+    12B's training forward) let a block see all of itself. Both are read exactly and run fused."""
+    model = tiny.vision_lm(family)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(1, 100, (B, S), generator=g)
+    ids[0, 2:16] = tiny.IMAGE_TOKEN  # 14 tokens, window 8
+    ids[1, 9:22] = tiny.IMAGE_TOKEN
+    inputs = ids, {"mm_token_type_ids": (ids == tiny.IMAGE_TOKEN).long()}, torch.ones(B, S, dtype=torch.bool)
+    check_against_eager(None, None, "ffpa", model=model, inputs=inputs)
+    rows = {(r["layer"], r["kernel"], r["reason"]): r["count"] for r in stats.snapshot()}
+    assert rows.get(("sliding", "fa4", BLOCKS_REASON)) == n_layers(model, "sliding"), rows

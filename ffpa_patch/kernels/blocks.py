@@ -1,11 +1,13 @@
 """Causal (+ window) attention with bidirectional blocks, on any kernel that returns its log-sum-exp.
 
 Gemma 4's image (and audio) tokens attend to each other both ways inside their block; the rest
-of the mask is the layer's causal mask (sliding layers: AND its window, which bounds only the
-past). So each query's keys are two disjoint sets:
+of the mask is the layer's causal mask. On sliding layers Gemma 4's own vision masks AND the
+window with it (the window bounds the block's past too); Transformers' generic ones (the 12B's
+training forward) OR the block in whole (``Layout.block_past``). So each query's keys are two
+disjoint sets:
   A. the causal (+ window) keys: the kernel's own dense or varlen call, as for text;
-  B. the keys after the query inside its block: few (a block is ~280 tokens), computed here in
-     fp32 torch over the blocks alone.
+  B. the rest of its block: the keys after the query (and, with ``block_past``, those before
+     the window): few (a block is ~280 tokens), computed here in fp32 torch over the blocks alone.
 The two softmaxes merge by their log-sum-exps, as ring attention merges chunks:
 ``L = logaddexp(L_A, L_B)``, ``O = O_A exp(L_A - L) + O_B exp(L_B - L)``. The backward hands the
 kernel's own backward the merged ``O`` and ``L``: with them its ``P = exp(S - L)`` and
@@ -31,8 +33,10 @@ def _block_rows(layout, batch: int, seq: int, device):
     return rows, valid
 
 
-def _in_block_part(q, k, v, rows, valid, scale: float):
-    """The keys after each query inside its block: scores [n, Hkv, g, L, L] in fp32 and their mask."""
+def _in_block_part(q, k, v, rows, valid, scale: float, beyond: int | None = None):
+    """The keys of each query's block that the kernel's causal (+ window) call does not see: the
+    later ones, and with ``beyond`` (a window the block's own past is not bound by) those before
+    the window. Scores [n, Hkv, g, L, L] in fp32 and their mask."""
     n, length = rows.shape
     hq, hk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     g = hq // hk
@@ -40,7 +44,10 @@ def _in_block_part(q, k, v, rows, valid, scale: float):
     kb = k.index_select(0, rows.flatten()).view(n, length, hk, d).float()
     scores = torch.einsum("nikgd,njkd->nkgij", qb, kb) * scale
     i = torch.arange(length, device=q.device)
-    later = (i[None, :] > i[:, None])[None] & valid[:, None, :]  # key after query, a real token
+    extra = i[None, :] > i[:, None]  # key after query
+    if beyond is not None:
+        extra = extra | (i[:, None] - i[None, :] >= beyond)  # key before the window
+    later = extra[None] & valid[:, None, :] & valid[:, :, None]  # ... between two of the block's tokens (not padding slots)
     return scores, later[:, None, None], qb, kb
 
 
@@ -62,7 +69,8 @@ class BlockUnion(torch.autograd.Function):
             out = o_p.new_zeros(*flat, hq, d).index_copy(0, layout.indices, o_p)
             lse = l_p.new_full((*flat, hq), float("-inf")).index_copy(0, layout.indices, l_p.transpose(0, 1))
         rows, valid = _block_rows(layout, batch, seq, q.device)
-        scores, later, _, _ = _in_block_part(qf, kf, vf, rows, valid, scale)
+        beyond = window if layout.block_past else None
+        scores, later, _, _ = _in_block_part(qf, kf, vf, rows, valid, scale, beyond)
         scores = scores.masked_fill(~later, float("-inf"))
         lse_b = torch.logsumexp(scores, dim=-1)  # [n, hk, g, L]: -inf for a block's last token
         probs = torch.exp(scores - lse_b.nan_to_num(neginf=0.0)[..., None]).masked_fill(~later, 0.0)
@@ -102,7 +110,7 @@ class BlockUnion(torch.autograd.Function):
             dq, dk, dv = (t.new_zeros(*flat, *t.shape[1:]).index_copy(0, idx, t) for t in g_p)
         # B: the in-block keys after each query, with the union's P and D
         qf, kf, vf = (t.reshape(*flat, *t.shape[2:]) for t in (q, k, v))
-        scores, later, qb, kb = _in_block_part(qf, kf, vf, rows, valid, scale)
+        scores, later, qb, kb = _in_block_part(qf, kf, vf, rows, valid, scale, ctx.window if layout.block_past else None)
         n, length = rows.shape
         hk = kf.shape[-2]
         g = hq // hk

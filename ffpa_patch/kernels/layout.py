@@ -24,5 +24,6 @@ class Layout:
     allowed: Any = None  # the bool mask itself, for OTHER and BLOCKS (a ``block`` kernel can take it)
     blocks: Any = None  # BLOCKS: [n, 2] int64 (flat start in B*S, length) of each bidirectional block
     max_block: int = 0
+    block_past: bool = False  # BLOCKS: a block's queries also see its keys before the window (not only later ones)
     built: dict = field(default_factory=dict)  # what a block kernel built from this layout, by its own key
 

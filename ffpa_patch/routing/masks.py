@@ -150,12 +150,17 @@ def read(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     segment = starts.cumsum(-1)
     pos = torch.arange(seq, device=mask.device)
     ends = None  # bidirectional blocks: the last key each query sees (its block's last token)
+    whole = False  # blocks see their own past beyond the window too (Transformers' generic vision masks)
     if _differs(allowed, real, segment, window, pos):
         ends = _last_key(allowed, pos)
         # a block is a run: a token that sees past itself shares its last key with the next token
         after = torch.nn.functional.pad(ends[:, 1:], (0, 1), value=-1)
-        if bool((real & (ends > pos) & (after != ends)).any()) or _differs(allowed, real, segment, window, pos, ends):
+        if bool((real & (ends > pos) & (after != ends)).any()):
             return other
+        if _differs(allowed, real, segment, window, pos, ends):
+            whole = window is not None and not _differs(allowed, real, segment, window, pos, ends, whole=True)
+            if not whole:
+                return other
     real, starts, segment = (t.expand(batch, seq) for t in (real, starts, segment))
     if not bool(real.any()):  # nothing but padding (or batch 0): stock's own handling, via SDPA
         return other
@@ -164,7 +169,8 @@ def read(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
         return other  # "blocks" with no later key at all: cannot be (the first check would have passed)
     unpadded = bool((real.all(-1) & (starts.sum(-1) == 1)).all())
     if blocks is not None:
-        kw = dict(allowed=mask if mask.dtype == torch.bool else None, blocks=blocks, max_block=int(blocks[:, 1].max()))
+        kw = dict(allowed=mask if mask.dtype == torch.bool else None, blocks=blocks, max_block=int(blocks[:, 1].max()),
+                  block_past=whole)
         if unpadded:
             return Layout(Shape.BLOCKS, **kw)
         return _varlen(Shape.BLOCKS, real, starts, segment, batch, seq, **kw)
@@ -173,10 +179,11 @@ def read(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     return _varlen(Shape.VARLEN, real, starts, segment, batch, seq)
 
 
-def _differs(allowed, real, segment, window, pos, ends=None) -> bool:
+def _differs(allowed, real, segment, window, pos, ends=None, whole: bool = False) -> bool:
     """Whether the mask differs, on some real query row, from "causal in the query's segment, key
     not padding, within the window" (with ``ends``: OR "a later key of the query's block", a block
-    being the run of tokens whose last visible key is the same)."""
+    being the run of tokens whose last visible key is the same; ``whole``: OR "any key of the
+    query's block", the window then bounding only the text)."""
     bad = torch.zeros((), dtype=torch.bool, device=allowed.device)
     for r0 in range(0, allowed.shape[-1], _ROW_CHUNK):
         rows = pos[r0 : r0 + _ROW_CHUNK, None]
@@ -185,7 +192,8 @@ def _differs(allowed, real, segment, window, pos, ends=None) -> bool:
         if window is not None:
             expected &= (rows - pos) < window
         if ends is not None:
-            expected |= same_segment & real[:, None, :] & (pos > rows) & (ends[:, r0 : r0 + _ROW_CHUNK, None] == ends[:, None, :])
+            in_block = same_segment & real[:, None, :] & (ends[:, r0 : r0 + _ROW_CHUNK, None] == ends[:, None, :])
+            expected |= in_block if whole else in_block & (pos > rows)
         wrong = (allowed[:, r0 : r0 + _ROW_CHUNK] != expected) & real[:, r0 : r0 + _ROW_CHUNK, None]
         bad |= wrong.any()
     return bool(bad.item())

@@ -161,11 +161,14 @@ def _sliding_mask(kind, s=1024, window=128):
         seg = (torch.arange(s, device="cuda") >= 300).long()
         return torch.stack([left, base & (seg[:, None] == seg[None])])[:, None]
     image = base.clone()
-    image[200:300, 200:300] = True
+    if kind == "blocks":
+        image[200:300, 200:300] = True  # an image block (shorter than the window)
+    else:
+        image[200, 250] = True  # a later key outside any block: no structure a kernel takes
     return image[None, None].expand(2, 1, s, s)
 
 
-@pytest.mark.parametrize("kind", ["dense", "varlen", "other"])
+@pytest.mark.parametrize("kind", ["dense", "varlen", "blocks", "other"])
 def test_flex_sliding_fwd_and_grads_match_reference(kind):
     """The compiled FlexAttention path with our BlockMask (window, padding, packing, image block)."""
     from ffpa_patch.kernels import flex
@@ -175,9 +178,8 @@ def test_flex_sliding_fwd_and_grads_match_reference(kind):
     mask = _sliding_mask(kind)
     layout = masks.read(mask, 2, 128)
     assert layout.kind == kind
-    bm = flex.block_mask(layout, 2, 1024, 1024, 128, torch.device("cuda"))
     q, k, v = (torch.randn(2, h, 1024, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (8, 4, 4))
-    out = flex.attention(q, k, v, bm, 0.0625)
+    out = flex.attention(q, k, v, layout, 0.0625, 128)
     real = mask[:, 0].diagonal(dim1=-2, dim2=-1)
     g = torch.randn_like(out) * real[:, :, None, None]
     out.backward(g)
