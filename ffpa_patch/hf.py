@@ -109,7 +109,11 @@ def local_entry(interface, name: str):
 def family_of(module: Any) -> Family | None:
     """The Gemma 4 family whose text attention ``module`` is (or subclasses), else None. Read from
     the type's MRO: no import, and a constant to Dynamo."""
-    for cls in type(module).__mro__:  # plain loops: this runs on every attention call
+    cls = type(module)
+    for family in FAMILIES:  # the class itself first: plain loops, this runs on every attention call
+        if cls.__name__ == family.attention and cls.__module__ == family.module:
+            return family
+    for cls in cls.__mro__[1:]:
         for family in FAMILIES:
             if cls.__name__ == family.attention and cls.__module__ == family.module:
                 return family

@@ -80,13 +80,10 @@ def read(module, query, key, value, mask, backend: str, kwargs: dict) -> Call:
         offers = active.offers(kind, backend, query.device, call_precision.dtype, head_dim, deterministic)
     else:
         offers = active.cached_offers(kind, backend, query.device, call_precision.dtype, head_dim, deterministic)
-    facts = CallFacts(
-        backend=backend, is_sliding=layer.is_sliding, is_causal=layer.is_causal, head_dim=head_dim,
-        q_len=query.shape[2], kv_len=key.shape[2], mask=mask_kind, mask_note=mask_note,
-        dropout=kwargs.get("dropout", 0.0), scaling=kwargs.get("scaling"), softcap=kwargs.get("softcap"),
-        offers=offers, context_parallel=context_parallel_active(query),
-        sdpa_pinned=policy.sdpa_pinned() if backend == Backend.SDPA else None,
-    )
+    facts = CallFacts(  # positional, in CallFacts' field order (keywords cost twice as much, on every call)
+        backend, layer.is_sliding, layer.is_causal, head_dim, query.shape[2], key.shape[2], mask_kind,
+        kwargs.get("dropout", 0.0), kwargs.get("scaling"), kwargs.get("softcap"), offers, mask_note,
+        context_parallel_active(query), policy.sdpa_pinned() if backend == Backend.SDPA else None)
     window = mask.window if mask_kind == Mask.PLAIN else hf.configured_window(module) if layer.is_sliding else None
     return Call(module, query, key, value, mask, kwargs, backend, compiling, kind, facts, layer, family,
                 call_precision, deterministic, window)
