@@ -171,8 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--check", action="store_true",
                     help="import Transformers' Gemma4 and the kernels: the patches applied, whether the kernels run here (5-15 s)")
     st.add_argument("--config", help="a local model folder or config.json: show where each layer type would go (never downloads; implies --check)")
-    run = sub.add_parser("run", help="run CMD with ffpa_patch active in every Python process")
-    run.add_argument("command", nargs=argparse.REMAINDER)
+    run = sub.add_parser("run", help="run CMD with ffpa_patch active in every Python process",
+                         usage="ffpa-patch run [--] CMD [ARGS...]",
+                         description="Run CMD with the bundled sitecustomize first on PYTHONPATH, so every Python "
+                                     "process it starts (every torchrun rank) imports ffpa_patch. Put `--` before "
+                                     "CMD when CMD has options of its own: ffpa-patch run -- torchrun --nproc-per-node 8 train.py")
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD", help="the command and its arguments")
     sub.add_parser("startup-path", help="print the PYTHONSTARTUP file's path")
     sub.add_parser("sitecustomize-path", help="print the folder to put first on PYTHONPATH (what `run` does)")
     sub.add_parser("doctor", help="run one small FFPA forward/backward against the fp32 reference")

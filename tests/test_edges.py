@@ -75,7 +75,7 @@ def test_a_mask_the_ffpa_mask_function_did_not_make_is_never_taken_as_causal(pat
     ffpa_patch.revert()  # "ffpa" leaves the mask registry: Transformers builds no mask for this forward
     hook = model.model.layers[0].register_forward_pre_hook(lambda *args: ffpa_patch.apply() and None)
     try:
-        with pytest.raises(RuntimeError, match='the "ffpa" mask function did not run'):
+        with pytest.raises(ffpa_patch.FFPAFallbackError, match='the "ffpa" mask function did not run'):
             model(ids, **kw)
     finally:
         hook.remove()

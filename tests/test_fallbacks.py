@@ -143,7 +143,7 @@ def test_context_parallel_fails_fast_on_ffpa_backend_and_dropin_defers_to_the_ri
         attn = full_attention_module(model)
         q, k = torch.randn(1, 4, 8, 512), torch.randn(1, 1, 8, 512)
         with context_parallel(mesh, buffers=[torch.randn(1, 8)], buffer_seq_dims=[1]):
-            with pytest.raises(RuntimeError, match="context parallelism.*cp_full_attn_backend: ffpa"):
+            with pytest.raises(ffpa_patch.FFPAFallbackError, match="context parallelism.*cp_full_attn_backend: ffpa"):
                 route_attention(attn, q, k, k, None, backend="ffpa", scaling=1.0)
             stats.reset()
             try:  # handed to SDPA, i.e. to torch's CP ring, which has no CPU kernel
