@@ -58,13 +58,13 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
         data["kernels"] = _kernel_packages(st)
         kernels_run, verdict = machine.fused_kernels_here()
     if config:
-        from ffpa_patch.plan import layer_plan, load_text_config
+        from ffpa_patch.plan import layer_plan
 
         if not os.path.exists(config):
             print(f"ffpa-patch status: --config {config}: no such file or folder (a local model folder or config.json)", file=sys.stderr)
             return 2
         try:
-            text_config = load_text_config(config)
+            text_config = hf.load_text_config(config)
         except Exception as exc:
             print(f"ffpa-patch status: --config {config}: not a readable model config ({type(exc).__name__}: {exc})", file=sys.stderr)
             return 2

@@ -100,11 +100,6 @@ def scoped_interface(current) -> Any:
     return scoped
 
 
-def local_entry(interface, name: str):
-    """The entry ``name`` of an interface's own local mapping (None if it has none)."""
-    return getattr(interface, "_local_mapping", {}).get(name)
-
-
 # -- Gemma 4 ------------------------------------------------------------------------------
 def family_of(module: Any) -> Family | None:
     """The Gemma 4 family whose text attention ``module`` is (or subclasses), else None. Read from

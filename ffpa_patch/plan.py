@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .hf import load_text_config  # noqa: F401  (the CLI's entry point for --config)
-
 
 def layer_plan(text_config, backend: str) -> list[dict]:
     import torch

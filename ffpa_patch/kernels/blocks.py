@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 
-def _block_rows(layout, batch: int, seq: int, device):
+def _block_rows(layout, device):
     """[n, L] flat positions (in B*S) of each block's tokens, padded with 0, and the [n, L] mask of real ones."""
     starts, lengths = layout.blocks[:, 0], layout.blocks[:, 1]
     offsets = torch.arange(layout.max_block, device=device)
@@ -33,7 +33,7 @@ def _block_rows(layout, batch: int, seq: int, device):
     return rows, valid
 
 
-def _in_block_part(q, k, v, rows, valid, scale: float, beyond: int | None = None):
+def _in_block_part(q, k, rows, valid, scale: float, beyond: int | None = None):
     """The keys of each query's block that the kernel's causal (+ window) call does not see: the
     later ones, and with ``beyond`` (a window the block's own past is not bound by) those before
     the window. Scores [n, Hkv, g, L, L] in fp32 and their mask."""
@@ -68,9 +68,9 @@ class BlockUnion(torch.autograd.Function):
             o_p, l_p = kernel.varlen_lse(*packed, layout.cu_seqlens, layout.max_seqlen, scale, window)
             out = o_p.new_zeros(*flat, hq, d).index_copy(0, layout.indices, o_p)
             lse = l_p.new_full((*flat, hq), float("-inf")).index_copy(0, layout.indices, l_p.transpose(0, 1))
-        rows, valid = _block_rows(layout, batch, seq, q.device)
+        rows, valid = _block_rows(layout, q.device)
         beyond = window if layout.block_past else None
-        scores, later, _, _ = _in_block_part(qf, kf, vf, rows, valid, scale, beyond)
+        scores, later, _, _ = _in_block_part(qf, kf, rows, valid, scale, beyond)
         scores = scores.masked_fill(~later, float("-inf"))
         lse_b = torch.logsumexp(scores, dim=-1)  # [n, hk, g, L]: -inf for a block's last token
         probs = torch.exp(scores - lse_b.nan_to_num(neginf=0.0)[..., None]).masked_fill(~later, 0.0)
@@ -110,7 +110,7 @@ class BlockUnion(torch.autograd.Function):
             dq, dk, dv = (t.new_zeros(*flat, *t.shape[1:]).index_copy(0, idx, t) for t in g_p)
         # B: the in-block keys after each query, with the union's P and D
         qf, kf, vf = (t.reshape(*flat, *t.shape[2:]) for t in (q, k, v))
-        scores, later, qb, kb = _in_block_part(qf, kf, vf, rows, valid, scale, ctx.window if layout.block_past else None)
+        scores, later, qb, kb = _in_block_part(qf, kf, rows, valid, scale, ctx.window if layout.block_past else None)
         n, length = rows.shape
         hk = kf.shape[-2]
         g = hq // hk

@@ -42,7 +42,7 @@ def _forward(query, key, value, mask, scale: float, window: Optional[int], kerne
                                    query.shape[0], window, layer_idx, mask_kernel)
     if record:
         repeatable = active.by_name(route.kernel).repeatable if route.fused else None
-        noted = route.noted(cast_note or None, policy.determinism_note(repeatable, deterministic) if route.fused else None)
+        noted = route.noted(cast_note or None, policy.determinism_note(repeatable, deterministic))
         policy.account(active.by_name(kernel).info.serves, query.shape[-1], noted, where=policy.IN_OP, layer_idx=layer_idx)
     if route.fused:
         return execute.run(active, route, layout, query, key, value, scale, window, deterministic).contiguous()
