@@ -74,8 +74,9 @@ def mask_registry() -> dict:
 
 
 def global_sdpa() -> Callable:
-    """Whatever the global "sdpa" entry holds now: Transformers' own, the repeat-KV fix, or
-    a user's wrapper. Every fallback calls this."""
+    """Whatever the class-level "sdpa" entry holds now: Transformers' own, the repeat-KV fix, the
+    drop-in, or a user's wrapper (fallbacks run what is beneath the drop-in:
+    ``patches/gemma4_dropin.sdpa_beneath``)."""
     return attention_registry()["sdpa"]
 
 
@@ -92,12 +93,35 @@ def sdpa_attention_module():
     return sdpa_attention
 
 
-def scoped_interface(current) -> Any:
-    """A copy of a modeling module's ``ALL_ATTENTION_FUNCTIONS``: an ``AttentionInterface`` of its
-    own with a local mapping, Transformers' documented way for one model file to override an entry."""
-    scoped = type(current)()
-    scoped._local_mapping.update(getattr(current, "_local_mapping", {}))
-    return scoped
+def stock_sdpa() -> Callable:
+    """Transformers' own SDPA attention function, as its registry holds it at import."""
+    from transformers import modeling_utils
+
+    return modeling_utils.sdpa_attention_forward
+
+
+def attention_table():
+    """The shared ``ALL_ATTENTION_FUNCTIONS`` instance every Gemma 4 modeling module reads, and
+    the one DeepSpeed's Ulysses SP writes its wrapper into (an instance-local entry)."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return ALL_ATTENTION_FUNCTIONS
+
+
+def local_entry(name: str) -> Callable | None:
+    """The shared table's instance-local entry for ``name`` (read before the class-level one), or None."""
+    return attention_table()._local_mapping.get(name)
+
+
+def local_mapping() -> dict:
+    """The shared table's instance-local mapping (what ``ALL_ATTENTION_FUNCTIONS[name] = fn`` writes)."""
+    return attention_table()._local_mapping
+
+
+def attention_table_entry(name: str) -> Callable | None:
+    """What a model on ``name`` calls now: the instance-local entry, else the class-level one."""
+    local = local_entry(name)
+    return local if local is not None else attention_registry().get(name)
 
 
 # -- Gemma 4 ------------------------------------------------------------------------------
@@ -237,13 +261,15 @@ def check() -> list[str]:
     need("masking_utils.sdpa_mask keywords " + ", ".join(MASK_KWARGS[:-1]),
          lambda: set(MASK_KWARGS[:-1]) <= set(inspect.signature(sdpa_mask()).parameters))
     need("integrations.sdpa_attention.sdpa_attention_forward", lambda: callable(sdpa_attention_module().sdpa_attention_forward))
+    need("modeling_utils.sdpa_attention_forward (the registry's own 'sdpa')", lambda: callable(stock_sdpa()))
+    need("modeling_utils.ALL_ATTENTION_FUNCTIONS with a _local_mapping", lambda: isinstance(local_mapping(), dict))
     families = available_families()
     need(f"{GEMMA4.module}", lambda: GEMMA4 in families)
     for family in families:
         need(f"{family.module}.{family.attention}", lambda f=family: isinstance(getattr(family_module(f), f.attention), type))
         need(f"{family.module}.eager_attention_forward", lambda f=family: callable(family_module(f).eager_attention_forward))
-        need(f"{family.module}.ALL_ATTENTION_FUNCTIONS with a _local_mapping",
-             lambda f=family: isinstance(getattr(family_module(f).ALL_ATTENTION_FUNCTIONS, "_local_mapping", None), dict))
+        need(f"{family.module}.ALL_ATTENTION_FUNCTIONS is the shared modeling_utils table",
+             lambda f=family: family_module(f).ALL_ATTENTION_FUNCTIONS is attention_table())
         need(f"{family.attention} attributes {', '.join(LAYER_ATTRIBUTES)}",
              lambda f=family: set(LAYER_ATTRIBUTES) <= _assigned(getattr(family_module(f), f.attention)))
         need(f"{family.text_config_class}.model_type == {family.text_config!r}",

@@ -19,7 +19,7 @@ from typing import Iterable
 from . import env, kernels, loud, versions
 from .errors import FFPAPatchWarning, UnsupportedVersionError
 from .patches.explain_off import ExplainOff
-from .registry import APPLIED, NOT_APPLIED, NOT_INSTALLED, PENDING, SKIPPED, UNSUPPORTED, Patch
+from .registry import APPLIED, NOT_APPLIED, NOT_INSTALLED, PENDING, SKIPPED, STOOD_DOWN, UNSUPPORTED, Patch
 from .report import Status
 from .routing import policy
 from .routing import stats as _stats
@@ -146,7 +146,8 @@ class Lifecycle:
                 if name not in self.wanted or patch.applied:
                     return
                 try:
-                    patch.apply_to(module)
+                    if patch.apply_to(module) == STOOD_DOWN:
+                        self._say(False, f"{name} stood down: {patch.reason}")
                 except Exception as exc:
                     self._say(False, f"{name} failed on import of {patch.module} and was rolled back: {exc}")
 
@@ -242,8 +243,13 @@ class Lifecycle:
             if module is None or patch.applied:
                 continue
             try:
-                if patch.apply_to(module) == APPLIED:
+                result = patch.apply_to(module)
+                if result == APPLIED:
                     newly_applied.append(patch)
+                elif result == STOOD_DOWN:
+                    if strict:
+                        raise RuntimeError(f"stood down: {patch.reason}")
+                    self._say(explicit, f"{name} stood down: {patch.reason}")
             except Exception as exc:
                 for done in reversed(newly_applied):
                     done.revert()
@@ -269,7 +275,7 @@ class Lifecycle:
         for patch in reversed(list(self.patches.values())):
             if patch.applied:
                 patch.revert()
-            elif patch.state == UNSUPPORTED:
+            elif patch.state in (UNSUPPORTED, STOOD_DOWN):
                 patch.state, patch.reason = NOT_APPLIED, "reverted"
         kernels.on_revert()
         policy.set_strict(False)
@@ -297,12 +303,13 @@ class Lifecycle:
 
     def _patch_row(self, patch: Patch) -> dict:
         state, reason = patch.state, patch.reason
-        if patch.name in self.wanted and not patch.applied and state not in ("not needed", "failed"):
-            top = patch.module.split(".")[0]
+        if patch.name in self.wanted and not patch.applied and state not in ("not needed", "failed", STOOD_DOWN):
+            needed = patch.requires or patch.module
+            top = needed.split(".")[0]
             if top not in sys.modules and importlib.util.find_spec(top) is None:
                 state, reason = NOT_INSTALLED, f"{top} is not installed"
-            elif not _module_exists(patch.module):
-                state, reason = NOT_INSTALLED, f"{patch.module} is not in this {top} version"
+            elif not _module_exists(needed):
+                state, reason = NOT_INSTALLED, f"{needed} is not in this {top} version"
             else:
                 state, reason = PENDING, f"{patch.module} not imported yet"
         elif patch.name not in self.wanted and not patch.applied and state == "not applied" and self.wanted:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from .wrapping import Undo
+from .wrapping import ForeignEntry, Undo
 
 log = logging.getLogger("ffpa_patch")
 
@@ -24,6 +24,12 @@ NOT_APPLIED = "not applied"
 TARGET_NOT_FOUND = "target not found"
 UNSUPPORTED = "unsupported versions"
 NOT_INSTALLED = "not installed"
+STOOD_DOWN = "stood down"
+
+
+class StandDown(Exception):
+    """Applying would be wrong here (it would bypass what someone else installed): the patch
+    stays off, and the lifecycle says why, loudly."""
 
 
 class TargetNotFound(Exception):
@@ -35,7 +41,8 @@ class Patch:
     implement ``is_needed`` and ``install``."""
 
     name: str = ""
-    module: str = ""
+    module: str = ""  # what a post-import hook waits for; ``install`` gets it
+    requires: str = ""  # a module that must exist for the patch to mean anything (default: ``module``)
     summary: str = ""
     #: distributions (keys of versions.SUPPORTED) whose range this patch relies on: one
     #: out of range turns off this patch only (an optional one only when installed).
@@ -73,6 +80,9 @@ class Patch:
         except TargetNotFound as exc:
             self.state, self.reason = TARGET_NOT_FOUND, str(exc)
             return self.state
+        except (StandDown, ForeignEntry) as exc:
+            self.state, self.reason = STOOD_DOWN, str(exc)
+            return self.state
         except Exception as exc:  # e.g. a conflicting registry entry: status must say so
             self.state, self.reason = FAILED, f"{type(exc).__name__}: {exc}"
             raise
@@ -82,6 +92,10 @@ class Patch:
         undo: list[Undo] = []
         try:
             self.install(module, undo.append)
+        except (StandDown, ForeignEntry) as exc:
+            _run_undo(undo, self.name)
+            self.state, self.reason = STOOD_DOWN, str(exc)
+            return self.state
         except Exception as exc:
             _run_undo(undo, self.name)
             self.state, self.reason = FAILED, f"{type(exc).__name__}: {exc}"

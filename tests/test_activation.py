@@ -10,8 +10,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "sitecustomize_example")
 PROBE = (
     "import sys, transformers.models.gemma4.modeling_gemma4 as g\n"
-    "from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS\n"
-    "print('PATCHED' if g.ALL_ATTENTION_FUNCTIONS is not ALL_ATTENTION_FUNCTIONS else 'PLAIN')\n"
+    "w = sys.modules.get('ffpa_patch.wrapping')\n"  # (this probe never imports ffpa_patch itself)
+    "print('PATCHED' if w and w.live_in_chain(g.ALL_ATTENTION_FUNCTIONS['sdpa'], 'gemma4_dropin') == 1 else 'PLAIN')\n"
 )
 
 

@@ -16,6 +16,9 @@ def probe():
         from transformers.integrations import sdpa_attention
         out["ffpa_registered"] = "ffpa" in AttentionInterface._global_mapping and "ffpa" in AttentionMaskInterface._global_mapping
         entry = AttentionInterface._global_mapping["sdpa"]
+        from ffpa_patch import wrapping
+        while wrapping._ours.get(id(entry), (None, None))[1] == "gemma4_dropin":  # the drop-in wraps only the entry
+            entry = entry.__wrapped__
         out["sdpa_entry_wrapped"] = entry is not sdpa_attention.sdpa_attention_forward.__wrapped__ if hasattr(sdpa_attention.sdpa_attention_forward, "__wrapped__") else False
         attr = sdpa_attention.sdpa_attention_forward
         # both stock, or both ours around the same original (the registry's is a plain function)
@@ -25,8 +28,11 @@ def probe():
     g = sys.modules.get("transformers.models.gemma4.modeling_gemma4")
     if g is not None:
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-        out["gemma4_dropin"] = g.ALL_ATTENTION_FUNCTIONS is not ALL_ATTENTION_FUNCTIONS
-        out["gemma4_dropin_depth"] = int(getattr(g.ALL_ATTENTION_FUNCTIONS._local_mapping.get("sdpa"), "_ffpa_patch", False))
+        from ffpa_patch.wrapping import live_in_chain
+        # what Gemma 4 calls: the shared table's "sdpa", with the drop-in switched on inside it (once)
+        assert g.ALL_ATTENTION_FUNCTIONS is ALL_ATTENTION_FUNCTIONS
+        out["gemma4_dropin_depth"] = live_in_chain(ALL_ATTENTION_FUNCTIONS["sdpa"], "gemma4_dropin")
+        out["gemma4_dropin"] = out["gemma4_dropin_depth"] > 0
     return out
 """
 

@@ -157,8 +157,8 @@ def test_a_drifted_gemma4_layout_reads_target_not_found():
     from ffpa_patch.patches.gemma4_dropin import Gemma4DropIn
 
     patch = Gemma4DropIn()
-    assert patch.apply_to(types.ModuleType("transformers.models.gemma4.modeling_gemma4")) == "target not found"
-    assert "no Gemma4TextAttention" in patch.reason and not patch.applied
+    assert patch.apply_to(types.ModuleType("transformers.modeling_utils")) == "target not found"
+    assert "no ALL_ATTENTION_FUNCTIONS" in patch.reason and not patch.applied
 
 
 def test_a_conflicting_ffpa_entry_reads_failed_with_the_reason():

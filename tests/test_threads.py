@@ -3,6 +3,7 @@ import sys
 import threading
 
 import ffpa_patch
+from ffpa_patch.wrapping import live_in_chain
 
 
 def test_eight_threads_applying_and_reverting_leave_stock_exactly_as_it_was():
@@ -11,7 +12,7 @@ def test_eight_threads_applying_and_reverting_leave_stock_exactly_as_it_was():
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
 
     ffpa_patch.revert()
-    stock = (sdpa_module.sdpa_attention_forward, gemma4.ALL_ATTENTION_FUNCTIONS, AttentionInterface._global_mapping["sdpa"])
+    stock = (sdpa_module.sdpa_attention_forward, AttentionInterface._global_mapping["sdpa"], dict(ALL_ATTENTION_FUNCTIONS._local_mapping))
     errors, start = [], threading.Barrier(8)
 
     def churn():
@@ -34,12 +35,12 @@ def test_eight_threads_applying_and_reverting_leave_stock_exactly_as_it_was():
     finally:
         sys.setswitchinterval(interval)
     assert errors == []
-    assert (sdpa_module.sdpa_attention_forward, gemma4.ALL_ATTENTION_FUNCTIONS, AttentionInterface._global_mapping["sdpa"]) == stock
+    assert (sdpa_module.sdpa_attention_forward, AttentionInterface._global_mapping["sdpa"], dict(ALL_ATTENTION_FUNCTIONS._local_mapping)) == stock
     assert gemma4.ALL_ATTENTION_FUNCTIONS is ALL_ATTENTION_FUNCTIONS
     assert "ffpa" not in AttentionInterface._global_mapping
     status = ffpa_patch.apply()
     assert all(p["state"] not in ("failed",) for p in status.patches), status
-    assert "ffpa" in AttentionInterface._global_mapping and gemma4.ALL_ATTENTION_FUNCTIONS is not ALL_ATTENTION_FUNCTIONS
+    assert "ffpa" in AttentionInterface._global_mapping and live_in_chain(AttentionInterface._global_mapping["sdpa"], "gemma4_dropin") == 1
     ffpa_patch.revert()
 
 

@@ -29,8 +29,9 @@ BACKEND = Backend.FFPA.value
 
 def ffpa_attention_forward(module, query, key, value, attention_mask, **kwargs):
     from ..routing.attention import route_attention
+    from .gemma4_dropin import sdpa_beneath
 
-    return route_attention(module, query, key, value, attention_mask, backend=BACKEND, **kwargs)
+    return route_attention(module, query, key, value, attention_mask, backend=BACKEND, sdpa=sdpa_beneath(), **kwargs)
 
 
 def ffpa_mask(*args, **kwargs):

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from .. import hf
 from ..registry import Patch
-from ..wrapping import Undo, set_mapping_entry, traceable, wrap_attribute
+from ..wrapping import Undo, wrap_attribute, wrap_mapping_entry
 
 _MAX_GQA_HEAD_DIM = 256
 _PARAMS = ("module", "query", "key", "value", "attention_mask", "dropout", "scaling", "is_causal")
@@ -87,12 +87,9 @@ class SdpaRepeatKV(Patch):
 
     def install(self, module: Any, record: Callable[[Undo], None]) -> None:
         sdpa_attention = hf.sdpa_attention_module()
-        original = sdpa_attention.sdpa_attention_forward
         fixed = make_fixed_sdpa(sdpa_attention.repeat_kv)
-        fw, switch, undo = wrap_attribute(sdpa_attention, "sdpa_attention_forward", fixed, self.name)
-        record(undo)
-        mapping = hf.attention_registry()
-        if mapping.get("sdpa") is not original:
-            raise RuntimeError("the 'sdpa' attention registry entry is not Transformers' own; refusing to guess")
-        # the registry entry is what models call, inside compiled graphs too: a plain function
-        record(set_mapping_entry(mapping, "sdpa", traceable(original, fixed, switch, self.name), on_replaced=switch.off))
+        record(wrap_attribute(sdpa_attention, "sdpa_attention_forward", fixed, self.name)[2])
+        # the registry entry is what models call, inside compiled graphs too: a plain function; an
+        # entry someone else put there first would end up inside ours, so then this stands down
+        record(wrap_mapping_entry(hf.attention_registry(), "sdpa", fixed, self.name, accept=lambda e: e is hf.stock_sdpa(),
+                                  reads=lambda: hf.attention_table_entry("sdpa"))[2])

@@ -51,22 +51,24 @@ class Call(NamedTuple):
     precision: precision.Precision | None = None
     deterministic: bool = False
     window: int | None = None  # the window the kernels apply (the mask function's, else the config's)
+    sdpa: Any = None  # what a fallback calls: the "sdpa" entry beneath the drop-in
 
 
-def route_attention(module, query, key, value, attention_mask, *, backend: str, **kwargs):
-    """Transformers' attention signature: q/k/v ``[B, H, S, D]``; returns ``([B, S, H, D], weights)``."""
-    call = read(module, query, key, value, attention_mask, backend, kwargs)
+def route_attention(module, query, key, value, attention_mask, *, backend: str, sdpa=None, **kwargs):
+    """Transformers' attention signature: q/k/v ``[B, H, S, D]``; returns ``([B, S, H, D], weights)``.
+    ``sdpa``: the function a fallback calls (None: the "sdpa" entry beneath the drop-in)."""
+    call = read(module, query, key, value, attention_mask, backend, kwargs, sdpa)
     route, how, layout = choose(call)
     if how != InGraph.EAGER_REGION:  # the eager region counts the call itself
         _account(call, route)
     return dispatch(call, route, how, layout)
 
 
-def read(module, query, key, value, mask, backend: str, kwargs: dict) -> Call:
+def read(module, query, key, value, mask, backend: str, kwargs: dict, sdpa=None) -> Call:
     compiling = torch.compiler.is_compiling()
     family = hf.family_of(module)
     if family is None:
-        return Call(module, query, key, value, mask, kwargs, backend, compiling, Layer.OTHER)
+        return Call(module, query, key, value, mask, kwargs, backend, compiling, Layer.OTHER, sdpa=sdpa)
     layer = hf.layer(module)
     kind = Layer.SLIDING if layer.is_sliding else Layer.FULL
     call_precision = precision.of_call(query, key, value)  # autocast: the dtype SDPA would have run in
@@ -86,7 +88,7 @@ def read(module, query, key, value, mask, backend: str, kwargs: dict) -> Call:
         context_parallel_active(query), policy.sdpa_pinned() if backend == Backend.SDPA else None)
     window = mask.window if mask_kind == Mask.PLAIN else hf.configured_window(module) if layer.is_sliding else None
     return Call(module, query, key, value, mask, kwargs, backend, compiling, kind, facts, layer, family,
-                call_precision, deterministic, window)
+                call_precision, deterministic, window, sdpa)
 
 
 def choose(call: Call) -> tuple[Route, InGraph, Layout | None]:
@@ -138,9 +140,11 @@ def dispatch(call: Call, route: Route, how: InGraph, layout: Layout | None):
         raise FFPAFallbackError(route.reason)
     if not route.fused:
         is_causal = call.layer.is_causal if call.layer is not None else True
-        return execute.fallback(route, call.module, call.query, call.key, call.value, call.mask, call.kwargs, is_causal)
+        return execute.fallback(route, call.module, call.query, call.key, call.value, call.mask, call.kwargs, is_causal,
+                                call.sdpa)
     if how == InGraph.EAGER_REGION:  # e.g. a float mask without the op: one graph break
-        return _route_eagerly(call.module, call.query, call.key, call.value, call.mask, backend=call.backend, **call.kwargs)
+        return _route_eagerly(call.module, call.query, call.key, call.value, call.mask, backend=call.backend,
+                              sdpa=call.sdpa, **call.kwargs)
     q, k, v = precision.cast(call.precision, call.query, call.key, call.value)
     scale = call.kwargs["scaling"]
     if how == InGraph.OP:

@@ -45,16 +45,21 @@ def run(kernels: KernelSet, route: Route, layout: Layout | None, query, key, val
     return full.view(batch, seq, *out.shape[1:])
 
 
-def fallback(route: Route, module, query, key, value, mask, kwargs: dict, is_causal: bool = True):
-    """Stock's computation: the global "sdpa" entry (or eager, for a softcap) with the mask as
-    stock would have built it, and the call's own keyword arguments."""
+def fallback(route: Route, module, query, key, value, mask, kwargs: dict, is_causal: bool = True, sdpa=None):
+    """Stock's computation: ``sdpa`` (None: the "sdpa" entry beneath the drop-in, which must not
+    route the call a second time) or eager, for a softcap, with the mask as stock would have
+    built it, and the call's own keyword arguments."""
     q_len, kv_len = query.shape[2], key.shape[2]
     mask = masks.for_fallback(mask, q_len, kv_len, query.device)
     if route.kernel == EAGER:
         if mask is None and is_causal and q_len > 1:
             mask = masks.causal(q_len, kv_len, query.device)  # eager applies only the mask it is given
         return hf.eager_attention(module)(module, query, key, value, masks.to_additive(mask, query.dtype), **kwargs)
-    return hf.global_sdpa()(module, query, key, value, mask, **kwargs)
+    if sdpa is None:
+        from ..patches.gemma4_dropin import sdpa_beneath
+
+        sdpa = sdpa_beneath()
+    return sdpa(module, query, key, value, mask, **kwargs)
 
 
 SECOND_ORDER = (

@@ -14,6 +14,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import ffpa_patch  # noqa: E402
 import tiny  # noqa: E402
 from ffpa_patch.routing import stats  # noqa: E402
+from ffpa_patch.wrapping import live_in_chain  # noqa: E402
 
 
 def step(model, ids):
@@ -49,7 +50,7 @@ def main(order, device="cuda"):
     from transformers.models.gemma4 import modeling_gemma4
 
     ffpa_patch.revert()
-    stock_mapping = modeling_gemma4.ALL_ATTENTION_FUNCTIONS
+    stock_entry = AttentionInterface._global_mapping["sdpa"]
     torch.manual_seed(0)
     ids = torch.randint(0, 128, (2, 1024), device=device)
     cfg = dict(head_dim=256, hidden_size=256)
@@ -80,7 +81,7 @@ def main(order, device="cuda"):
     both.load_state_dict(plain.state_dict())
     loss, n_grads, grads = step(both, ids) if on_gpu else nothing
     applied = sorted(p["name"] for p in ffpa_patch.status().patches if p["state"] == "applied")
-    routing_mapping = modeling_gemma4.ALL_ATTENTION_FUNCTIONS is not stock_mapping
+    routing_mapping = live_in_chain(modeling_gemma4.ALL_ATTENTION_FUNCTIONS["sdpa"], "gemma4_dropin") == 1
     norms = {type(m).__name__ for m in both.modules() if "RMSNorm" in type(m).__name__}
     mlps = {type(m).__name__ for m in both.modules() if "MLP" in type(m).__name__}
     routed = stats.total("full", "ffpa")
@@ -98,7 +99,8 @@ def main(order, device="cuda"):
         "applied_with_liger": applied, "dropin_mapping_with_liger": routing_mapping,
         "n_grads": [n_grads, stock_n], "norms": sorted(norms), "mlps": sorted(mlps),
         "full_ffpa_calls": routed, "ffpa_registered_after_revert": "ffpa" in AttentionInterface._global_mapping,
-        "mapping_restored": modeling_gemma4.ALL_ATTENTION_FUNCTIONS is stock_mapping is ALL_ATTENTION_FUNCTIONS,
+        "mapping_restored": AttentionInterface._global_mapping["sdpa"] is stock_entry
+                            and modeling_gemma4.ALL_ATTENTION_FUNCTIONS is ALL_ATTENTION_FUNCTIONS,
         "liger_kept_after_revert": modeling_gemma4.Gemma4RMSNorm.__name__.startswith("Liger"),
     }))
 
