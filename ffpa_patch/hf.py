@@ -216,6 +216,38 @@ def attention_layers(text_config) -> list:
         return [cls(text_config, idx) for idx in range(text_config.num_hidden_layers)]
 
 
+class HeadShape(NamedTuple):
+    """One attention shape of a model's text layers, as this Transformers builds them."""
+
+    head_dim: int
+    heads: int
+    kv_heads: int
+
+
+def head_shapes(text_config) -> dict[HeadShape, list[str]]:
+    """Each distinct (head_dim, query heads, KV heads) of the text layers, with the layer types that
+    have it, read off the layers this Transformers builds (never ``config.head_dim``, which is the
+    sliding layers' and raises from 5.15)."""
+    shapes: dict[HeadShape, list[str]] = {}
+    for layer in attention_layers(text_config):
+        heads = layer.q_proj.out_features // layer.head_dim
+        shape = HeadShape(layer.head_dim, heads, heads // layer.num_key_value_groups)
+        kinds = shapes.setdefault(shape, [])
+        kind = "sliding" if layer.is_sliding else "full"
+        if kind not in kinds:
+            kinds.append(kind)
+    return shapes
+
+
+def model_config(model_or_path: Any):
+    """A loaded model's config, or the config of a Hub name / local path (as DeepSpeed reads it)."""
+    if hasattr(model_or_path, "config"):
+        return model_or_path.config
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(model_or_path)
+
+
 def load_text_config(source: str):
     """A model's text config from a local folder or config.json (never downloads)."""
     from transformers import AutoConfig

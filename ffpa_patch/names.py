@@ -42,6 +42,7 @@ class Mask(Name):
     NONE = "none"
     PLAIN = "plain causal"  # the "ffpa" mask function's CausalMask
     TENSOR = "tensor"  # a 4-D bool/float tensor, read by ``masks.analyse``
+    SEQUENCE_PARALLEL = "sequence parallel"  # Ulysses SP: the layout is in the gathered position_ids
     OPAQUE = "opaque"  # anything else: handed to the fallback as given
 
 

@@ -19,6 +19,7 @@ SUPPORTED: dict[str, str] = {
     "ffpa-attn": ">=0.2.4,<0.3",
     "flash-attn-4": ">=4.0.0b36",
     "nemo-automodel": ">=0.6,<0.8",
+    "deepspeed": ">=0.19,<0.20",  # Ulysses SP: the registration and exchange as tested (0.19.8)
 }
 #: packages without which the patch does nothing; the others are optional.
 REQUIRED = ("transformers", "torch")

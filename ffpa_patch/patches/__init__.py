@@ -1,10 +1,11 @@
 """Patch targets, one module each; ``ALL`` lists them in apply order."""
 from .attention_backend import FFPABackend
+from .deepspeed_ulysses import DeepSpeedUlysses
 from .gemma4_dropin import DROPINS
 from .nemo_moe_ring import NemoMoERing
 from .sdpa_repeat_kv import SdpaRepeatKV
 
-ALL = (SdpaRepeatKV, FFPABackend, *DROPINS, NemoMoERing)
+ALL = (SdpaRepeatKV, FFPABackend, *DROPINS, DeepSpeedUlysses, NemoMoERing)
 
 
 def kernels_cannot_run_here() -> list[str]:

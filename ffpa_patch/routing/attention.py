@@ -57,6 +57,9 @@ class Call(NamedTuple):
 def route_attention(module, query, key, value, attention_mask, *, backend: str, sdpa=None, **kwargs):
     """Transformers' attention signature: q/k/v ``[B, H, S, D]``; returns ``([B, S, H, D], weights)``.
     ``sdpa``: the function a fallback calls (None: the "sdpa" entry beneath the drop-in)."""
+    if type(attention_mask) is masks.SequenceParallel and torch.compiler.is_compiling():
+        # its layout is read from the gathered positions, data-dependent: one graph break, the eager path
+        return _route_eagerly(module, query, key, value, attention_mask, backend=backend, sdpa=sdpa, **kwargs)
     call = read(module, query, key, value, attention_mask, backend, kwargs, sdpa)
     route, how, layout = choose(call)
     if how != InGraph.EAGER_REGION:  # the eager region counts the call itself
@@ -71,6 +74,9 @@ def read(module, query, key, value, mask, backend: str, kwargs: dict, sdpa=None)
         return Call(module, query, key, value, mask, kwargs, backend, compiling, Layer.OTHER, sdpa=sdpa)
     layer = hf.layer(module)
     kind = Layer.SLIDING if layer.is_sliding else Layer.FULL
+    if type(mask) is masks.SequenceParallel:  # DeepSpeed's exchange ran: the positions are the whole sequence's
+        mask = masks.over_positions(kwargs.get("position_ids"), query.shape[0], key.shape[2],
+                                    hf.configured_window(module) if layer.is_sliding else None)
     call_precision = precision.of_call(query, key, value)  # autocast: the dtype SDPA would have run in
     deterministic = policy.deterministic()
     mask_kind, mask_note = masks.kind_of(mask)
@@ -86,7 +92,7 @@ def read(module, query, key, value, mask, backend: str, kwargs: dict, sdpa=None)
         backend, layer.is_sliding, layer.is_causal, head_dim, query.shape[2], key.shape[2], mask_kind,
         kwargs.get("dropout", 0.0), kwargs.get("scaling"), kwargs.get("softcap"), offers, mask_note,
         context_parallel_active(query), policy.sdpa_pinned() if backend == Backend.SDPA else None)
-    window = mask.window if mask_kind == Mask.PLAIN else hf.configured_window(module) if layer.is_sliding else None
+    window = mask.window if mask_kind in (Mask.PLAIN, Mask.SEQUENCE_PARALLEL) else hf.configured_window(module) if layer.is_sliding else None
     return Call(module, query, key, value, mask, kwargs, backend, compiling, kind, facts, layer, family,
                 call_precision, deterministic, window, sdpa)
 

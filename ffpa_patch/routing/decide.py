@@ -60,7 +60,7 @@ class CallFacts(NamedTuple):
     scaling: float | None
     softcap: float | None
     offers: tuple = ()  # kernels.Offer per table kernel serving this layer, in the table's order
-    mask_note: str | None = None  # why an OPAQUE mask is handed over as given
+    mask_note: str | None = None  # why an OPAQUE mask is handed over as given; why a SEQUENCE_PARALLEL call refuses
     context_parallel: bool = False
     sdpa_pinned: str | None = None  # the SDPA backends a user's sdpa_kernel(...) leaves on, or None
 
@@ -81,6 +81,8 @@ def decide(f: CallFacts) -> Route:
         return Route(SDPA, CP_REASON, chosen=True)
     if f.is_causal and f.mask == Mask.NONE and f.backend == Backend.FFPA:
         return Route(REFUSE, MISSING_MASK)
+    if f.mask == Mask.SEQUENCE_PARALLEL and f.mask_note:  # the gathered sequence's layout cannot be known exactly
+        return Route(REFUSE, f.mask_note)
     if f.softcap:
         return Route(EAGER, "attention softcap (no fused kernel here supports it)")
     if f.q_len == 1:
@@ -104,11 +106,12 @@ def decide(f: CallFacts) -> Route:
         return Route(SDPA, "q_len != kv_len (cache or chunked prefill)")
     for offer in f.offers:
         if offer.problem is None:
-            return Route(offer.kernel, TO_ANALYSE if f.mask == Mask.TENSOR else DENSE_CAUSAL)
+            return Route(offer.kernel, TO_ANALYSE if f.mask in (Mask.TENSOR, Mask.SEQUENCE_PARALLEL) else DENSE_CAUSAL)
     return Route(SDPA, "; ".join(o.problem for o in f.offers) or "no kernel in the table serves this layer")
 
 
 BLOCKS_REASON = "causal + bidirectional image blocks (in-block keys merged by log-sum-exp)"
+SEQUENCE_PARALLEL = "Ulysses sequence parallel, whole sequence on this rank's heads"
 
 
 def refine(route: Route, shape: Shape, mask_kernel: str | None = None, merges: bool = False) -> Route:

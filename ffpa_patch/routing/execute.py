@@ -13,12 +13,16 @@ from ..kernels import KernelSet, blocks
 from ..kernels.layout import Layout
 from ..names import Mask, Shape
 from . import masks
-from .decide import EAGER, Route, refine
+from .decide import EAGER, SEQUENCE_PARALLEL, Route, refine
 
 
 def finish(kernels: KernelSet, route: Route, mask, mask_kind: Mask, batch: int, window: int | None, layer_idx: int,
            mask_kernel: str | None) -> tuple[Route, Layout | None]:
-    """A fused route with a 4-D mask, refined once the mask's structure is read."""
+    """A fused route with a 4-D mask, refined once the mask's structure is read (under Ulysses SP,
+    the layout read from the gathered positions)."""
+    if route.fused and mask_kind == Mask.SEQUENCE_PARALLEL:
+        refined = refine(route, mask.layout.kind)
+        return Route(refined.kernel, f"{SEQUENCE_PARALLEL}: {refined.reason}", refined.chosen), mask.layout
     if not route.fused or mask_kind != Mask.TENSOR:
         return route, None
     layout = masks.analyse(mask, batch, window, layer_idx)

@@ -58,12 +58,89 @@ class CausalMask:
         raise TypeError(f"ffpa_patch.CausalMask cannot be indexed with {index!r}")
 
 
+PAD, NOT_CAUSAL = -1, -2  # what a position id says of its token under Ulysses SP (``flag_positions``)
+IMAGES_UNDER_SP = (
+    "ffpa_patch: this batch has bidirectional blocks (image or audio tokens) under DeepSpeed Ulysses sequence "
+    "parallelism, which passes no mask to attention, so their in-block attention cannot be reconstructed on the "
+    "gathered sequence. Train image batches without sequence parallelism (sp_size=1), or send only text batches "
+    "through the sequence-parallel model."
+)
+NO_POSITIONS = (
+    "ffpa_patch: Ulysses sequence parallelism reached attention without position_ids, so the layout of the "
+    "gathered sequence is unknown; put position_ids in every batch (DeepSpeed's UlyssesSPDataLoaderAdapter requires them)."
+)
+
+
+@dataclass(frozen=True, eq=False)
+class SequenceParallel:
+    """What ffpa_patch's Ulysses SP wrapper hands the attention call in place of a mask: DeepSpeed
+    drops masks (a mask for the local shard is wrong for the gathered sequence, and O(S^2) at the
+    full length), so the layout travels in the position ids DeepSpeed gathers (``flag_positions``),
+    and ``over_positions`` reads it there (``layout``, or the ``problem`` that refuses the call),
+    with ``window`` the layer's sliding window."""
+
+    layout: Layout | None = None
+    problem: str | None = None
+    window: int | None = None
+
+    def __getattr__(self, name):  # stock code taking this for a tensor: say what it is instead of a bare AttributeError
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"ffpa_patch.SequenceParallel has no {name!r}: this Gemma 4 model was registered for DeepSpeed Ulysses "
+            "sequence parallelism through ffpa_patch, and an attention function that is not ffpa_patch's received "
+            "its stand-in mask (was ffpa_patch reverted? apply() it again, or register again)")
+
+
+def flag_positions(mask, position_ids: torch.Tensor, batch: int) -> torch.Tensor:
+    """The local shard's position ids ``[B, s]``, with what the local mask knows and the gathered
+    sequence needs: ``PAD`` for padding (a token that does not see itself), ``NOT_CAUSAL`` for every
+    token of a row whose mask lets a query see a later key (image blocks) or is not one ffpa_patch
+    reads. DeepSpeed all-gathers these, so every rank sees every rank's flags and decides alike."""
+    positions = position_ids.expand(batch, -1)
+    kind, _ = kind_of(mask)
+    if kind in (Mask.NONE, Mask.PLAIN):
+        return positions.contiguous()
+    if kind != Mask.TENSOR or mask.shape[-1] != mask.shape[-2] or mask.shape[-1] != positions.shape[-1]:
+        return torch.full_like(positions, NOT_CAUSAL)
+    allowed = mask if mask.dtype == torch.bool else mask == 0
+    hard = mask.dtype == torch.bool or bool((allowed | (mask <= torch.finfo(mask.dtype).min)).all())
+    allowed = allowed[:, 0].expand(batch, -1, -1)
+    real = allowed.diagonal(dim1=-2, dim2=-1)
+    later = torch.triu(allowed, diagonal=1).flatten(1).any(-1) | (not hard)
+    return torch.where(later[:, None], NOT_CAUSAL, torch.where(real, positions, PAD)).contiguous()
+
+
+def over_positions(positions, batch: int, seq: int, window: int | None) -> SequenceParallel:
+    """The layout of the gathered sequence from its flagged position ids ``[B, S]``: sequences
+    restart where the ids do not go up by one (packing, as Transformers reads position_ids when no
+    attention mask is given); with padding, each row's real tokens are one sequence (as Transformers
+    does when an attention mask is given). Size O(B*S): no S x S mask is built."""
+    if not isinstance(positions, torch.Tensor) or positions.shape[-1] != seq:
+        return SequenceParallel(problem=NO_POSITIONS, window=window)
+    positions = positions.expand(batch, -1)
+    if bool((positions == NOT_CAUSAL).any()):
+        return SequenceParallel(problem=IMAGES_UNDER_SP, window=window)
+    real = positions != PAD
+    if bool(real.all()):
+        starts = torch.diff(positions, dim=-1, prepend=positions[:, :1] - 2) != 1  # (the first token starts one)
+    else:
+        starts = real & (real.cumsum(-1) == 1)
+    if not bool(real.any()):
+        return SequenceParallel(Layout(Shape.OTHER), window=window)
+    if bool(real.all()) and bool((starts.sum(-1) == 1).all()):
+        return SequenceParallel(Layout(Shape.DENSE), window=window)
+    return SequenceParallel(_varlen(Shape.VARLEN, real, starts, starts.cumsum(-1), batch, seq), window=window)
+
+
 def kind_of(mask) -> tuple[Mask, str | None]:
     """(kind, why a tensor must go to the fallback as given, or None)."""
     if mask is None:
         return Mask.NONE, None
     if isinstance(mask, CausalMask):
         return Mask.PLAIN, None
+    if isinstance(mask, SequenceParallel):
+        return Mask.SEQUENCE_PARALLEL, mask.problem
     if not isinstance(mask, torch.Tensor):
         return Mask.OPAQUE, f"mask is a {type(mask).__name__}, handed over as given"
     if mask.dim() != 4:
@@ -242,7 +319,9 @@ def causal(q_len: int, kv_len: int, device, window: int | None = None) -> torch.
 def for_fallback(mask, q_len: int, kv_len: int, device):
     """The mask a fallback hands stock code: a ``CausalMask`` as None where SDPA's own
     ``is_causal`` means exactly the same (what stock's mask function returns there), else
-    spelled out; any other mask as given."""
+    spelled out, as is a ``SequenceParallel`` layout (O(S^2): fallbacks only); any other mask as given."""
+    if isinstance(mask, SequenceParallel):
+        return spelled(mask.layout, q_len, device, mask.window)
     if not isinstance(mask, CausalMask):
         return mask
     if (mask.window is None or mask.window >= kv_len) and q_len in (kv_len, 1):
@@ -255,3 +334,17 @@ def to_additive(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor |
     if mask is None or mask.dtype != torch.bool:
         return mask
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+
+
+def spelled(layout: Layout, seq: int, device, window: int | None) -> torch.Tensor | None:
+    """A dense or varlen layout as the bool mask ``[B, 1, S, S]`` stock SDPA takes (None: plain causal,
+    SDPA's ``is_causal``). A padding query row sees the real keys before it (or itself), as in
+    Transformers' masks, so no row is empty."""
+    if layout.segments is None:  # dense (or no real token at all: stock's own causal)
+        return None if window is None or window >= seq else causal(seq, seq, device, window)
+    allowed = causal(seq, seq, device, window)[0]  # [1, S, S]
+    segments = layout.segments
+    same = (segments[:, :, None] == segments[:, None, :]) & (segments[:, None, :] > 0)
+    padding_row = (segments == 0)[:, :, None] & (segments[:, None, :] > 0)
+    eye = torch.eye(seq, dtype=torch.bool, device=device)
+    return ((same | padding_row) & allowed | eye & (segments == 0)[:, :, None])[:, None]
