@@ -57,7 +57,7 @@ def kernel_fn(name: str, d: int, window, cu, max_len):
         n, rep = q.shape[1], q.shape[2] // k.shape[2]
         qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2).repeat_interleave(rep, 1), v.transpose(1, 2).repeat_interleave(rep, 1)
         if window is None and cu is None:
-            return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True, scale=d ** -0.5)
+            return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True, scale=d ** -0.5).transpose(1, 2)
         i, j = torch.arange(n, device="cuda")[:, None], torch.arange(n, device="cuda")[None]
         mask = j <= i
         if window is not None:
@@ -65,9 +65,9 @@ def kernel_fn(name: str, d: int, window, cu, max_len):
         if cu is not None:
             doc = torch.bucketize(torch.arange(n, device="cuda"), cu[1:], right=True)
             mask &= doc[:, None] == doc[None]
-        return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=d ** -0.5)
+        return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=d ** -0.5).transpose(1, 2)
 
-    return sdpa
+    return sdpa  # [B, S, H, D] out, as the kernels
 
 
 def measure(kernel: str, hq: int, hk: int, d: int, window, n: int, layout: str, iters: int) -> dict:

@@ -34,6 +34,7 @@ CASES = [
     {"family": "dense31b", "layout": "packed", "backend": "sdpa", "fallback": True},
     {"family": "dense31b", "layout": "plain", "backend": "ffpa", "image": True},
     {"family": "dense31b", "layout": "plain", "backend": "sdpa", "image": True},
+    {"family": "dense31b", "layout": "plain", "backend": "sdpa", "stock": True},
 ]
 TOLERANCE = 1e-5
 
@@ -64,7 +65,7 @@ def case_id(case):
     return "-".join(str(v) if not isinstance(v, bool) else k for k, v in case.items())
 
 
-EXACT = [c for c in CASES if not c.get("image")]
+EXACT = [c for c in CASES if not c.get("image") and not c.get("stock")]
 
 
 @pytest.mark.parametrize("case", EXACT, ids=[case_id(c) for c in EXACT])
@@ -103,3 +104,17 @@ def test_image_batches_are_refused_on_every_rank(results, backend):
     case = next(c for c in CASES if c.get("image") and c["backend"] == backend)
     for got in ranks_of(results, case):
         assert "image or audio tokens" in got["refused"] and "sp_size=1" in got["refused"]
+
+
+def test_without_the_patch_deepspeed_cannot_register_gemma4(results):
+    """DeepSpeed reads one head_dim for the model: on Gemma 4 (two) it raises; where this Transformers
+    still has a config head_dim (before 5.15) it builds the sliding layers' shape, which the full
+    layers' queries then fail."""
+    case = next(c for c in CASES if c.get("stock"))
+    from packaging.version import Version
+
+    from ffpa_patch import versions
+
+    for got in ranks_of(results, case):
+        if versions.installed("transformers") >= Version("5.15"):
+            assert got["stock_error"] is not None and "head_dim" in got["stock_error"], got

@@ -56,6 +56,19 @@ def one_case(case: dict, rank: int, world: int, counter: list) -> dict:
     from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
 
     family, layout, backend = case["family"], case["layout"], case["backend"]
+    if case.get("stock"):  # DeepSpeed's own registration, ffpa_patch's patch of it left out
+        ffpa_patch.revert()
+        ffpa_patch.apply(exclude=["deepspeed_ulysses"])
+        try:
+            UlyssesSPAttentionHF.register_with_transformers(
+                model_name_or_path=tiny.causal_lm(family, attn=backend), core_attn_implementation=backend,
+                sequence_parallel_size=world, micro_batch_size=1, seq_length_is_variable=True)
+            return {"stock_error": None}
+        except Exception as exc:
+            return {"stock_error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            mpu._release_sequence_parallel_groups()
+            ffpa_patch.apply()
     image = case.get("image", False)
     build = (lambda attn: tiny.vision_lm(family, attn=attn)) if image else (lambda attn: tiny.causal_lm(family, attn=attn))
     ids, pos, mask, shift, real = batch(layout, image)

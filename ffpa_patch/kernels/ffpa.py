@@ -43,6 +43,18 @@ def unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str 
     return import_error()
 
 
+@machine_fact
+def _ops_loaded() -> bool:
+    """ffpa-attn's ops are registered (``import ffpa_attn.cute`` ran): asked by the entry points, so
+    a call that did not go through ``unsupported`` first (a script, a benchmark) loads them too."""
+    return import_error() is None
+
+
+def _need_ops() -> None:
+    if not _ops_loaded():
+        raise RuntimeError(f"ffpa_patch: the FFPA kernels cannot run: {import_error()}")
+
+
 _FORWARD_OPS = ("_fwd_cute", "_varlen_fwd_cute")
 
 
@@ -77,6 +89,7 @@ def dense(q, k, v, scale: float, window: int | None = None, deterministic: bool 
     """Full layers only (no window). The sm90 backward is split-D and atomic-free, so it is
     repeatable with or without ``deterministic`` (tests/gpu checks it bit for bit)."""
     assert window is None, "FFPA serves full-attention layers only"
+    _need_ops()
     return FFPADense.apply(q, k, v, scale)
 
 
@@ -94,6 +107,7 @@ def varlen(q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int | Non
 #    and the backward from a given out/lse. The same ops the paths above use.
 def dense_lse(q, k, v, scale: float, window: int | None = None):
     assert window is None, "FFPA serves full-attention layers only"
+    _need_ops()
     with torch.no_grad():
         return torch.ops.ffpa_attn._fwd_cute(q, k, v, scale, 1, 1)  # out [B, S, H, D], lse [B, H, S]
 
@@ -110,6 +124,7 @@ def _no_window() -> int:
 
 def varlen_lse(q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int | None = None):
     assert window is None, "FFPA serves full-attention layers only"
+    _need_ops()
     with torch.no_grad():
         return torch.ops.ffpa_attn._varlen_fwd_cute(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, scale, True,
                                                     _no_window(), _no_window(), 0.0, q.shape[-2] != k.shape[-2])
