@@ -1,14 +1,17 @@
 import ast
 import re
+import runpy
 
 from setuptools import find_packages, setup
 
-# One place for the version (ffpa_patch/__init__.py) and one for the supported ranges
-# (ffpa_patch/versions.py), read as text: importing the package activates the patch.
+# One place for the version (ffpa_patch/__init__.py), one for the core's supported ranges
+# (ffpa_patch/versions.py) and one for the kernels' (ffpa_patch/kernels/catalog.py), read without
+# importing the package (importing it activates the patch; the catalog imports nothing).
 VERSION = re.search(r'^__version__ = "([^"]+)"', open("ffpa_patch/__init__.py", encoding="utf-8").read(), re.M).group(1)
 _versions = ast.parse(open("ffpa_patch/versions.py", encoding="utf-8").read())
-SUPPORTED = next(ast.literal_eval(node.value) for node in _versions.body
-                 if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "SUPPORTED")
+CORE = next(ast.literal_eval(node.value) for node in _versions.body
+            if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "CORE")
+KERNEL_EXTRAS = runpy.run_path("ffpa_patch/kernels/catalog.py")["extras"]()
 
 setup(
     name="ffpa_patch",
@@ -35,10 +38,9 @@ setup(
     ],
     # Lower bounds only: outside versions.py's ranges ffpa_patch stays off and says so, rather
     # than making pip refuse a newer Transformers.
-    install_requires=[f"torch{SUPPORTED['torch']}", "transformers>=5.5.0", "wrapt>=1.16", "packaging>=23"],
+    install_requires=[f"torch{CORE['torch']}", "transformers>=5.5.0", "wrapt>=1.16", "packaging>=23"],
     extras_require={
-        "ffpa": [f"ffpa-attn{SUPPORTED['ffpa-attn']}"],
-        "fa4": [f"flash-attn-4{SUPPORTED['flash-attn-4']}"],
+        **KERNEL_EXTRAS,  # "ffpa": ffpa-attn, "fa4": flash-attn-4 (their catalog rows)
         "test": ["pytest>=8", "accelerate>=1.1", "peft>=0.15", "trl>=0.20", "datasets>=3", "build>=1"],
     },
     entry_points={"console_scripts": ["ffpa-patch = ffpa_patch.cli:main"]},

@@ -41,7 +41,7 @@ def variants():
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0, enable_gqa=True).transpose(1, 2).contiguous()
 
     def flex_attention(q, k, v):
-        return flex.attention(q, k, v, None, 1.0, None)
+        return flex.block(q, k, v, None, 1.0, None)
 
     return {"ffpa_patch low-copy": shim, "ffpa_attn_func": raw, "sdpa repeat-KV": sdpa_repeat,
             "sdpa enable_gqa (MATH)": sdpa_gqa_math, "flex (small tiles)": flex_attention}

@@ -11,16 +11,18 @@ from importlib import metadata
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-#: distribution name -> supported range. Gemma4 exists from Transformers 5.5.0;
-#: the upper bound is the newest line in the tox matrix.
-SUPPORTED: dict[str, str] = {
+from .kernels.catalog import ranges as kernel_ranges
+
+#: distribution name -> supported range, for the packages that are not kernel packages. Gemma4
+#: exists from Transformers 5.5.0; the upper bound is the newest line in the tox matrix.
+CORE: dict[str, str] = {
     "transformers": ">=5.5.0,<5.26",
     "torch": ">=2.5",
-    "ffpa-attn": ">=0.2.4,<0.3",
-    "flash-attn-4": ">=4.0.0b36",
     "nemo-automodel": ">=0.6,<0.8",
     "deepspeed": ">=0.19,<0.20",  # Ulysses SP: the registration and exchange as tested (0.19.8)
 }
+#: every range: the core's, and each kernel package's from its row in kernels/catalog.py
+SUPPORTED: dict[str, str] = {**CORE, **kernel_ranges()}
 #: packages without which the patch does nothing; the others are optional.
 REQUIRED = ("transformers", "torch")
 

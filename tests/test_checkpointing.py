@@ -8,8 +8,9 @@ from ffpa_patch import checkpointing
 
 def test_ops_are_resolved_at_call_time_not_import():
     from ffpa_patch.kernels import ffpa
+    from ffpa_patch.kernels.catalog import FFPA
 
-    assert "_fwd_cute" in ffpa._FORWARD_OPS
+    assert "ffpa_attn::_fwd_cute" in FFPA.checkpoint_ops
 
     ops = checkpointing.must_save_ops()
     assert (ops == set()) is (ffpa.import_error() is not None)

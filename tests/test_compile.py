@@ -228,7 +228,7 @@ def _real_flex_on_cpu():
     from ffpa_patch.kernels import flex, reference
 
     kernels = reference.kernel_set(fa4=False, fp32=True)
-    real = replace(kernels.by_name("flex"), unsupported=lambda *args: None, block=flex.attention)
+    real = replace(kernels.by_name("flex"), unsupported=lambda *args: None, block=flex.block)
     return replace(kernels, kernels=tuple(real if k.name == "flex" else k for k in kernels.kernels))
 
 

@@ -73,7 +73,7 @@ def test_seam_refuses_what_the_kernels_refuse():
     assert full.unsupported("cpu", torch.float32, 512) == "dtype torch.float32 (FFPA needs fp16/bf16)"
     assert full.unsupported("cpu", torch.bfloat16, 256) == "head_dim 256 not in 320..512 on sm90"
     assert full.unsupported("cpu", torch.bfloat16, 512) is None
-    assert sliding.unsupported("cpu", torch.float16, 512) == "head_dim 512 > 256"
+    assert sliding.unsupported("cpu", torch.float16, 512) == "head_dim 512 not in 1..256 on sm90"
     assert sliding.unsupported("cpu", torch.float32, 128) == "dtype torch.float32 (flash-attn-4 needs fp16/bf16)"
     q = torch.zeros(1, 8, 2, 512, dtype=torch.bfloat16)
     with pytest.raises(TypeError, match="share fp16/bf16"):

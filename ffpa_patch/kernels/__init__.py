@@ -33,48 +33,69 @@ Nothing here imports torch until a kernel is asked a question.
 from __future__ import annotations
 
 import functools
+import importlib
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, NamedTuple
 
-from ..names import Backend, Layer
+from ..names import Backend, Fallback, Layer
+from .catalog import ALWAYS, BOTH_ROUTES, CATALOG, FA4, FFPA, FLAG, FLEX, NEVER, KernelInfo  # noqa: F401 (re-exported)
 
-#: What a kernel's backward does under torch.use_deterministic_algorithms(True).
-ALWAYS = "always"  # repeatable as it is (checked bit for bit on the GPU: tests/gpu)
-FLAG = "flag"  # repeatable when called with deterministic=True
-NEVER = "not verified"  # not known to be repeatable: such calls fall back
-
-BOTH_ROUTES = (Backend.FFPA, Backend.SDPA)
+#: what a kernel module may provide, by the contract above
+ENTRY_POINTS = ("dense", "varlen", "block", "dense_lse", "varlen_lse", "dense_bwd", "varlen_bwd")
+MERGING = ("dense_lse", "varlen_lse", "dense_bwd", "varlen_bwd")
 
 
-@dataclass(frozen=True)
-class KernelInfo:
-    """What a kernel is, declared once, readable without torch."""
-
-    name: str  # the route's name in stats()
-    package: str  # the distribution that provides it
-    serves: Layer  # FULL or SLIDING
-    head_dim: int  # the head_dim `ffpa-patch status --check` asks it about
-    any_mask: bool = False  # takes any mask (``block``), not only causal + padding/packing
-    routes: tuple = BOTH_ROUTES  # the backends that may pick it
-    why_not_drop_in: str = ""  # why a model left on "sdpa" never gets it (when routes leaves SDPA out)
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} ({self.package}, {self.serves} layers, D={self.head_dim})"
-
-
-FFPA = KernelInfo("ffpa", "ffpa-attn", Layer.FULL, 512)
-FA4 = KernelInfo("fa4", "flash-attn-4", Layer.SLIDING, 256)
-FLEX = KernelInfo("flex", "torch", Layer.SLIDING, 256, any_mask=True, routes=(Backend.FFPA,),
-                  why_not_drop_in="FlexAttention compiles, which a model left on \"sdpa\" did not ask for")
-#: the production kernels, in order of preference within each layer kind
-CATALOG = (FFPA, FA4, FLEX)
+class KernelTableError(ValueError):
+    """A kernel table that would route wrongly: refused when the table is built, not mid-forward."""
 
 
 def packages(serves: Layer | None = None) -> tuple[str, ...]:
     """The distributions the catalog's kernels come from (those serving ``serves``), torch aside."""
     return tuple(dict.fromkeys(k.package for k in CATALOG if k.package != "torch" and serves in (None, k.serves)))
+
+
+def capability_problem(info: KernelInfo, major: int, minor: int, head_dim: int) -> str | None:
+    """Why the row's kernel does not take ``head_dim`` on an sm{major}{minor} GPU, or None (pure)."""
+    if info.head_dims is None:
+        return None
+    spans = {arch: (lo, hi) for arch, lo, hi in info.head_dims}
+    if major not in spans:
+        archs = "/".join(f"sm{arch}0" for arch in spans)
+        return f"sm{major}{minor}: {info.title} runs on {archs} only"
+    lo, hi = spans[major]
+    if lo == hi and head_dim != hi:
+        return f"head_dim {head_dim} != {hi} on sm{major}0"
+    if not lo <= head_dim <= hi:
+        return f"head_dim {head_dim} not in {lo}..{hi} on sm{major}0"
+    return None
+
+
+def dtype_problem(info: KernelInfo, dtype, dtypes: tuple | None = None) -> str | None:
+    names = dtypes or info.dtypes
+    if str(dtype).removeprefix("torch.") in names:
+        return None
+    short = "/".join({"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(d, d) for d in names)
+    return f"dtype {dtype} ({info.title} needs {short})"
+
+
+@functools.lru_cache(maxsize=None)
+def refusal(info: KernelInfo, import_error: Callable[[], "str | None"]) -> Callable:
+    """The row's kernel's ``unsupported(device, dtype, head_dim)``: what the row declares (CUDA, its
+    dtypes, its head_dims per GPU generation), then whether its package imports."""
+
+    @machine_fact
+    def unsupported(device, dtype, head_dim: int) -> str | None:
+        import torch
+
+        device = torch.device(device)
+        if device.type != "cuda":
+            return f"device {device.type} ({info.title} needs CUDA)"
+        problem = dtype_problem(info, dtype) or capability_problem(info, *torch.cuda.get_device_capability(device), head_dim)
+        return problem or import_error()
+
+    return unsupported
 
 
 @dataclass(frozen=True)
@@ -88,13 +109,20 @@ class Kernel:
     varlen_lse: Callable | None = None
     dense_bwd: Callable | None = None  # the backward from a given out and lse
     varlen_bwd: Callable | None = None
-    traceable: bool = False  # Dynamo may trace ``dense``/``block`` (else it runs inside the custom op)
-    repeatable: str = NEVER
     saved_ops: Callable[[], set] | None = None  # the forward ops a selective-checkpointing policy keeps
 
     @property
     def name(self) -> str:
         return self.info.name
+
+    @property
+    def traceable(self) -> bool:
+        """Dynamo may trace ``dense``/``block`` (else it runs inside the custom op)."""
+        return self.info.traceable
+
+    @property
+    def repeatable(self) -> str:
+        return self.info.repeatable
 
     @property
     def merges(self) -> bool:
@@ -109,6 +137,78 @@ class Kernel:
         if problem is None and deterministic and self.repeatable == NEVER:
             problem = f"deterministic algorithms requested and {self.name}'s backward is not verified repeatable"
         return problem
+
+
+def load(info: KernelInfo) -> Kernel:
+    """The production kernel of a catalog row: its module's entry points, the refusal the row declares."""
+    module = sys.modules.get(info.module) or importlib.import_module(info.module)  # (Dynamo traces the first)
+    entries = {name: getattr(module, name) for name in ENTRY_POINTS if callable(getattr(module, name, None))}
+    saved = functools.partial(registered_ops, info, module.import_error) if info.checkpoint_ops else None
+    return Kernel(info, refusal(info, module.import_error), saved_ops=saved, **entries)
+
+
+def registered_ops(info: KernelInfo, import_error: Callable | None = None) -> set:
+    """The row's checkpoint ops as torch op overloads, those registered now (none before the kernel's
+    package is imported: they are looked up at each call, never frozen)."""
+    if import_error is not None and import_error() is not None:
+        return set()
+    import torch
+
+    found = set()
+    for qualified in info.checkpoint_ops:
+        namespace, op = qualified.split("::")
+        packet = getattr(getattr(torch.ops, namespace), op, None) if hasattr(torch.ops, namespace) else None
+        if packet is not None:
+            found.add(packet.default)
+    return found
+
+
+def validate(name: str, kernels: tuple) -> None:
+    """Refuse, at construction, a table that would route wrongly (tests/test_kernel_table.py: one per rule)."""
+    from ..versions import SUPPORTED
+
+    seen: set = set()
+    fallbacks = {f.value for f in Fallback}
+    for kernel in kernels:
+        info = kernel.info
+        where = f"kernel table {name!r}: kernel {info.name!r}"
+        if info.name in seen:
+            raise KernelTableError(f"{where} appears twice: stats() and routes tell kernels apart by name")
+        seen.add(info.name)
+        if info.name in fallbacks:
+            raise KernelTableError(f"{where} has a fallback's name ({sorted(fallbacks)}): its calls would count "
+                                   "and be judged as fallbacks")
+        if info.serves not in (Layer.FULL, Layer.SLIDING):
+            raise KernelTableError(f"{where} serves {info.serves!r}: a kernel serves 'full' or 'sliding' layers")
+        if info.package != "torch" and info.package not in SUPPORTED:
+            raise KernelTableError(f"{where} comes from {info.package!r}, which has no supported range "
+                                   "(give its catalog row a versions range)")
+        if not set(info.routes) <= {b.value for b in Backend}:
+            raise KernelTableError(f"{where} routes {info.routes!r}: only {[b.value for b in Backend]}")
+        if info.repeatable not in (ALWAYS, FLAG, NEVER):
+            raise KernelTableError(f"{where} declares repeatable={info.repeatable!r}")
+        if info.any_mask and kernel.block is None:
+            raise KernelTableError(f"{where} takes any mask but has no block entry point")
+        if not info.any_mask and (kernel.dense is None or kernel.varlen is None):
+            raise KernelTableError(f"{where} needs dense and varlen entry points (or any_mask and block)")
+        merging = [getattr(kernel, e) is not None for e in MERGING]
+        if any(merging) and not all(merging):
+            raise KernelTableError(f"{where} has some of {MERGING} but not all: image blocks need the four")
+        if kernel.saved_ops is not None:
+            check_checkpoint_ops(where, kernel.saved_ops())
+
+
+def check_checkpoint_ops(where: str, ops: set) -> None:
+    """A selective-checkpointing policy sees an op only if it reaches the dispatcher as itself: an op
+    with a CompositeImplicitAutograd kernel is decomposed before the policy looks, so keeping it saves nothing."""
+    import torch
+
+    for op in ops:
+        if not isinstance(op, torch._ops.OpOverload):
+            raise KernelTableError(f"{where} names {op!r} for checkpointing, which is not a torch op overload")
+        if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
+            raise KernelTableError(f"{where} names {op.name()} for checkpointing, but it is composite: "
+                                   "the checkpointing policy never sees it (register it with an autograd kernel)")
 
 
 def switched_off(kernel: Kernel, why: str) -> Kernel:
@@ -129,6 +229,9 @@ class KernelSet:
     name: str
     kernels: tuple  # Kernel, in order of preference within each layer kind
     _offers: dict = field(default_factory=dict, compare=False, repr=False)  # eager calls' offers, by their facts
+
+    def __post_init__(self):
+        validate(self.name, self.kernels)
 
     def by_name(self, name: str) -> Kernel:
         for kernel in self.kernels:  # a loop, not a cached dict: Dynamo traces this
@@ -234,6 +337,13 @@ def on_apply() -> None:
     """After apply(): ffpa-attn's kernels back on disk if a revert() took them off."""
     if _loaded("disk_cache") is not None:
         _loaded("disk_cache").after_apply()
+
+
+def on_install() -> None:
+    """A routing patch is being installed (torch is imported by then): build the production table now,
+    so a table that does not check out fails the patch, loudly, instead of a forward; and so the
+    table is never first built inside a graph Dynamo traces (it imports the kernels' modules)."""
+    active()
 
 
 def on_revert() -> None:

@@ -9,7 +9,8 @@ import functools
 
 import torch
 
-from . import disk_cache, import_problem, machine_fact
+from . import disk_cache, import_problem, refusal
+from .catalog import FA4
 
 
 @functools.lru_cache(maxsize=1)
@@ -18,18 +19,7 @@ def import_error() -> str | None:
         return import_problem("flash_attn.cute", "flash-attn-4", attr="flash_attn_func")
 
 
-@machine_fact
-def unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
-    if device.type != "cuda":
-        return f"device {device.type} (flash-attn-4 needs CUDA)"
-    if dtype not in (torch.float16, torch.bfloat16):
-        return f"dtype {dtype} (flash-attn-4 needs fp16/bf16)"
-    if head_dim > 256:
-        return f"head_dim {head_dim} > 256"
-    major, _ = torch.cuda.get_device_capability(device)
-    if major not in (9, 10):
-        return f"sm{major}x: flash-attn-4 routing is verified on sm90/sm100 only"
-    return import_error()
+unsupported = refusal(FA4, import_error)  # what its catalog row declares (sm90/sm100, D <= 256)
 
 
 def _window(window: int | None) -> tuple:

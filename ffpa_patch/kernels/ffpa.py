@@ -14,7 +14,8 @@ import functools
 
 import torch
 
-from . import disk_cache, import_problem, machine_fact
+from . import disk_cache, import_problem, machine_fact, refusal
+from .catalog import FFPA
 
 
 @functools.lru_cache(maxsize=1)
@@ -26,21 +27,7 @@ def import_error() -> str | None:
     return problem
 
 
-@machine_fact
-def unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
-    """Why the FFPA kernels cannot take this call, or None (sm90: 320 <= D <= 512; sm100: D = 512)."""
-    if device.type != "cuda":
-        return f"device {device.type} (FFPA needs CUDA)"
-    if dtype not in (torch.float16, torch.bfloat16):
-        return f"dtype {dtype} (FFPA needs fp16/bf16)"
-    major, minor = torch.cuda.get_device_capability(device)
-    if major == 9 and not 320 <= head_dim <= 512:
-        return f"head_dim {head_dim} not in 320..512 on sm90"
-    if major == 10 and head_dim != 512:
-        return f"head_dim {head_dim} != 512 on sm100"
-    if major not in (9, 10):
-        return f"sm{major}{minor} is not a Hopper/Blackwell GPU"
-    return import_error()
+unsupported = refusal(FFPA, import_error)  # what its catalog row declares (sm90: 320 <= D <= 512; sm100: D = 512)
 
 
 @machine_fact
@@ -53,19 +40,6 @@ def _ops_loaded() -> bool:
 def _need_ops() -> None:
     if not _ops_loaded():
         raise RuntimeError(f"ffpa_patch: the FFPA kernels cannot run: {import_error()}")
-
-
-_FORWARD_OPS = ("_fwd_cute", "_varlen_fwd_cute")
-
-
-def forward_ops() -> set:
-    """The FFPA forward overloads registered right now (empty without ffpa-attn): what a selective
-    checkpointing policy keeps, so the recompute does not run them again. They exist only after
-    ``import ffpa_attn.cute``, so they are looked up at each call, never frozen at import."""
-    if import_error() is not None:
-        return set()
-    namespace = torch.ops.ffpa_attn
-    return {getattr(namespace, name).default for name in _FORWARD_OPS if hasattr(namespace, name)}
 
 
 class FFPADense(torch.autograd.Function):

@@ -20,7 +20,8 @@ import functools
 import torch
 
 from ..names import Shape
-from . import import_problem, machine_fact
+from . import import_problem, refusal
+from .catalog import FLEX
 
 # Default flex tiles overflow shared memory above head_dim 256 on Hopper
 # (NeMo-Automodel #3064); NeMo's small-tile options, forward and backward.
@@ -35,13 +36,7 @@ def import_error() -> str | None:
     return import_problem("torch.nn.attention.flex_attention", "FlexAttention", attr="flex_attention")
 
 
-@machine_fact
-def unsupported(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
-    if device.type != "cuda":
-        return f"device {device.type} (fused FlexAttention needs CUDA; on CPU it has no backward)"
-    if dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        return f"dtype {dtype}"
-    return import_error()
+unsupported = refusal(FLEX, import_error)  # what its catalog row declares (any CUDA GPU, fp16/bf16/fp32)
 
 
 def kernel_options(head_dim: int) -> dict | None:
@@ -125,7 +120,7 @@ def _compiled():
     return torch.compile(flex_attention, dynamic=None, backend=_counting_inductor)
 
 
-def attention(query, key, value, layout, scale: float, window: int | None):
+def block(query, key, value, layout, scale: float, window: int | None):
     """``[B, H, S, D]`` q/k/v (GQA native) and the mask's layout (None: causal + window) -> ``[B, S, H, D]``."""
     from torch.nn.attention.flex_attention import flex_attention
 

@@ -5,11 +5,13 @@ optional sliding window; outputs are cast back to the input dtype.
 """
 from __future__ import annotations
 
+import importlib
+import inspect
 from dataclasses import dataclass, field, replace
 
 import torch
 
-from . import ALWAYS, FA4, FFPA, FLAG, FLEX, NEVER, Kernel, KernelSet, switched_off
+from . import CATALOG, MERGING, Kernel, KernelInfo, KernelSet, capability_problem, dtype_problem, switched_off
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None) -> torch.Tensor:
@@ -132,101 +134,68 @@ class ReferenceSet(KernelSet):
     calls: list = field(default_factory=list, compare=False)
 
 
-def kernel_set(fa4: bool = True, fp32: bool = False, rename: dict | None = None) -> ReferenceSet:
-    """Drop-in for ``cute.kernel_set()`` on any device, refusing what its kernels refuse.
+def kernel_set(fa4: bool = True, fp32: bool = False, rename: dict | None = None, catalog=CATALOG) -> ReferenceSet:
+    """Drop-in for ``cute.kernel_set()`` on any device: one twin per catalog row (``twin``), in the
+    catalog's order, refusing what the row declares.
 
-    Full layers take what FFPA takes on sm90 (fp16/bf16, 320 <= head_dim <= 512),
-    sliding layers what flash-attn-4 takes (fp16/bf16, head_dim <= 256), FlexAttention
-    fp16/bf16/fp32; the device is the one thing not checked (CPU is the point). Each
-    declares the same traceability and backward repeatability as the kernel it stands for.
     ``fa4=False`` plays a machine without flash-attn-4, so sliding layers take FlexAttention.
     ``fp32=True`` also takes fp32 q/k/v (and only that): whole-model tests compare an fp32
     model against fp32 eager to 1e-4, which half precision cannot (bf16 logits of the tiny
     test models are ~1% off fp32). Everything that tests which dtype routes where uses
     the default, which refuses fp32 as the GPU does. ``rename`` (e.g. ``{"ffpa": "full512"}``)
-    gives kernels other names: routing must take whatever the table names.
+    gives kernels other names: routing must take whatever the table names. ``catalog``: other rows
+    (tests add a candidate this way).
     """
-    dtypes = (*HALF, torch.float32) if fp32 else HALF
     calls: list = []
+    kernels = []
+    for info in catalog:
+        kernel = twin(replace(info, name=rename[info.name]) if rename and info.name in rename else info, fp32, calls)
+        if not fa4 and info.package == "flash-attn-4":
+            kernel = switched_off(kernel, "flash-attn-4 not installed (reference kernels, fa4=False)")
+        kernels.append(kernel)
+    return ReferenceSet("reference", tuple(kernels), calls=calls)
 
-    def full_unsupported(device, dtype, head_dim):
-        if dtype not in dtypes:
-            return f"dtype {dtype} (FFPA needs fp16/bf16)"
-        if not 320 <= head_dim <= 512:
-            return f"head_dim {head_dim} not in 320..512 on sm90"
-        return None
 
-    def sliding_unsupported(device, dtype, head_dim):
-        if dtype not in dtypes:
-            return f"dtype {dtype} (flash-attn-4 needs fp16/bf16)"
-        if head_dim > 256:
-            return f"head_dim {head_dim} > 256"
-        return None
+def twin(info: KernelInfo, fp32: bool, calls: list) -> Kernel:
+    """The fp32 reference of one catalog row: its layer kind's computation (causal, with the window
+    on sliding layers; any mask for a kernel that takes one), the entry points its module has, and
+    the row's refusals on an sm90 (the one thing not checked is the device: CPU is the point)."""
+    dtypes = tuple(dict.fromkeys((*info.dtypes, "float32") if fp32 else info.dtypes))
+    allowed = tuple(getattr(torch, d) for d in dtypes)
+    name = info.name
 
-    def flex_unsupported(device, dtype, head_dim):
-        return None if dtype in (*HALF, torch.float32) else f"dtype {dtype}"
+    def unsupported(device, dtype, head_dim):
+        return dtype_problem(info, dtype, dtypes) or capability_problem(info, 9, 0, head_dim)
 
-    def dense(name):
-        def run(q, k, v, scale, window=None, deterministic=False):
-            _refuse(q, k, v, dtypes=dtypes)
-            calls.append((name, "dense", deterministic))
-            return attention(q, k, v, scale, window)
+    def recorded(entry, fn, checked=True):
+        signature = inspect.signature(fn)
+
+        def run(*args, **kwargs):
+            call = signature.bind(*args, **kwargs).arguments  # the contract's parameter names
+            if checked:
+                _refuse(call["q"], call["k"], call["v"], call.get("cu"), dtypes=allowed)
+            calls.append((name, entry, bool(call.get("deterministic", False))))
+            return fn(*args, **kwargs)
         return run
 
-    def packed(name):
-        def run(q, k, v, cu_seqlens, max_seqlen, scale, window=None, deterministic=False):
-            _refuse(q, k, v, cu_seqlens, dtypes=dtypes)
-            calls.append((name, "varlen", deterministic))
-            return varlen(q, k, v, cu_seqlens, scale, window)
-        return run
+    if info.any_mask:
+        def block(query, key, value, layout, scale, window=None):
+            if len({query.dtype, key.dtype, value.dtype}) != 1:
+                raise TypeError("reference FlexAttention: q/k/v must share one dtype")
+            return flex(query, key, value, layout, scale, window)
 
-    def dense_lse(name):
-        def run(q, k, v, scale, window=None):
-            _refuse(q, k, v, dtypes=dtypes)
-            calls.append((name, "dense_lse", False))
-            return attention_lse(q, k, v, scale, window)
-        return run
-
-    def varlen_lse_(name):
-        def run(q, k, v, cu_seqlens, max_seqlen, scale, window=None):
-            _refuse(q, k, v, cu_seqlens, dtypes=dtypes)
-            calls.append((name, "varlen_lse", False))
-            return varlen_lse(q, k, v, cu_seqlens, scale, window)
-        return run
-
-    def dense_bwd(name):
-        def run(dout, q, k, v, out, lse, scale, window=None, deterministic=False):
-            _refuse(q, k, v, dtypes=dtypes)
-            calls.append((name, "dense_bwd", deterministic))
-            return attention_bwd(dout, q, k, v, out, lse, scale, window)
-        return run
-
-    def varlen_bwd_(name):
-        def run(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale, window=None, deterministic=False):
-            _refuse(q, k, v, cu_seqlens, dtypes=dtypes)
-            calls.append((name, "varlen_bwd", deterministic))
-            return varlen_bwd(dout, q, k, v, out, lse, cu_seqlens, scale, window)
-        return run
-
-    def merging(name):
-        return dict(dense_lse=dense_lse(name), varlen_lse=varlen_lse_(name), dense_bwd=dense_bwd(name),
-                    varlen_bwd=varlen_bwd_(name))
-
-    def block(query, key, value, layout, scale, window=None):
-        if len({query.dtype, key.dtype, value.dtype}) != 1:
-            raise TypeError("reference FlexAttention: q/k/v must share one dtype")
-        calls.append((names["flex"], "block", False))
-        return flex(query, key, value, layout, scale, window)
-
-    infos = {"ffpa": FFPA, "fa4": FA4, "flex": FLEX}
-    if rename:
-        infos = {k: replace(info, name=rename[k]) if k in rename else info for k, info in infos.items()}
-    names = {k: info.name for k, info in infos.items()}
-    sliding = Kernel(infos["fa4"], sliding_unsupported, dense=dense(names["fa4"]), varlen=packed(names["fa4"]), repeatable=FLAG,
-                     **merging(names["fa4"]))
-    if not fa4:
-        sliding = switched_off(sliding, "flash-attn-4 not installed (reference kernels, fa4=False)")
-    full = Kernel(infos["ffpa"], full_unsupported, dense=dense(names["ffpa"]), varlen=packed(names["ffpa"]), traceable=True,
-                  repeatable=ALWAYS, **merging(names["ffpa"]))
-    return ReferenceSet("reference", (full, sliding, Kernel(infos["flex"], flex_unsupported, block=block, traceable=True,
-                                                            repeatable=NEVER)), calls=calls)
+        return Kernel(info, unsupported, block=recorded("block", block, checked=False))
+    entries = dict(
+        dense=recorded("dense", lambda q, k, v, scale, window=None, deterministic=False: attention(q, k, v, scale, window)),
+        varlen=recorded("varlen", lambda q, k, v, cu, max_len, scale, window=None, deterministic=False:
+                        varlen(q, k, v, cu, scale, window)))
+    module = importlib.import_module(info.module)
+    if all(callable(getattr(module, e, None)) for e in MERGING):  # the production kernel merges image blocks: so does its twin
+        entries.update(
+            dense_lse=recorded("dense_lse", lambda q, k, v, scale, window=None: attention_lse(q, k, v, scale, window)),
+            varlen_lse=recorded("varlen_lse", lambda q, k, v, cu, max_len, scale, window=None: varlen_lse(q, k, v, cu, scale, window)),
+            dense_bwd=recorded("dense_bwd", lambda dout, q, k, v, out, lse, scale, window=None, deterministic=False:
+                               attention_bwd(dout, q, k, v, out, lse, scale, window)),
+            varlen_bwd=recorded("varlen_bwd", lambda dout, q, k, v, out, lse, cu, max_len, scale, window=None, deterministic=False:
+                                varlen_bwd(dout, q, k, v, out, lse, cu, scale, window)))
+    return Kernel(info, unsupported, **entries)

@@ -92,5 +92,6 @@ class FFPABackend(Patch):
         return kernels_cannot_run_here() if self.applied else []
 
     def install(self, module: Any, record: Callable[[Undo], None]) -> None:
+        kernels.on_install()
         record(set_mapping_entry(hf.attention_registry(), BACKEND, ffpa_attention_forward))
         record(set_mapping_entry(hf.mask_registry(), BACKEND, ffpa_mask))

@@ -112,6 +112,7 @@ class Gemma4DropIn(Patch):
         return found
 
     def install(self, module: Any, record: Callable[[Undo], None]) -> None:
+        kernels.on_install()
         record(ENTRY.enable(self.family))
 
 
