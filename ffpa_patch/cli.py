@@ -103,11 +103,14 @@ def _kernel_packages(st) -> dict:
 
     found = {v.name: v for v in st.versions}
     rows = {}
-    for info in CATALOG:
-        if info.package == "torch":
-            continue
+    for info in CATALOG:  # every row, as `status --check` lists them
         v = found.get(info.package)
-        rows[info.label] = f"{v.installed} installed" if v is not None and v.installed else f"not installed (pip install {requirement(info.package)})"
+        if info.package == "torch":
+            rows[info.label] = "part of torch"
+        else:
+            rows[info.label] = f"{v.installed} installed" if v is not None and v.installed else f"not installed (pip install {requirement(info.package)})"
+        if not info.fused:
+            rows[info.label] += " (does not count as fused)"
     return rows
 
 
@@ -121,8 +124,10 @@ def _kernel_report() -> tuple[dict, bool]:
         from ffpa_patch.names import Layer
 
         dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-        rows = {k.info.label: (k.info.serves, k.unsupported(dev, torch.bfloat16, k.info.head_dim)) for k in active().kernels}
-        return {label: why for label, (_, why) in rows.items()}, any(why is None for serves, why in rows.values() if serves == Layer.FULL)
+        rows = {k.info.label: (k.info, k.unsupported(dev, torch.bfloat16, k.info.head_dim)) for k in active().kernels}
+        fused_full = any(why is None and info.serves == Layer.FULL and info.fused for info, why in rows.values())
+        return {label: why if why is not None or info.fused else "runs, but does not count as fused"
+                for label, (info, why) in rows.items()}, fused_full
     except Exception as exc:
         return {"torch": f"not importable ({exc})"}, False
 

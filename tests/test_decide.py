@@ -40,8 +40,8 @@ def route(**kw):
     ({"backend": "sdpa", "mask": NONE}, "ffpa", "dense causal"),  # drop-in: stock sdpa_mask's "use is_causal"
     ({"is_sliding": True, "kernel_problem": "no fa4"}, "flex", "dense causal"),
     ({"is_sliding": True, "kernel_problem": "no fa4", "mask": TENSOR}, "flex", "masked"),
-    ({"is_sliding": True, "kernel_problem": "no fa4", "flex_problem": "device cpu"}, "sdpa", "no fa4; device cpu"),
-    ({"backend": "sdpa", "is_sliding": True, "kernel_problem": "no fa4"}, "sdpa", "no fa4; flex: not on the drop-in path"),
+    ({"is_sliding": True, "kernel_problem": "no fa4", "flex_problem": "device cpu"}, "sdpa", "no fa4"),
+    ({"backend": "sdpa", "is_sliding": True, "kernel_problem": "no fa4"}, "sdpa", "no fa4"),
     ({"flex_problem": None, "kernel_problem": "device cpu"}, "sdpa", "device cpu"),  # full layers never take flex
     ({"dropout": 0.1}, "sdpa", "dropout"),
     ({"scaling": None}, "sdpa", "scale"),
@@ -61,6 +61,14 @@ def route(**kw):
 def test_decide(change, kernel, needle):
     r = route(**change)
     assert r.kernel == kernel and needle in r.reason
+
+
+def test_a_fallback_reason_is_the_preferred_kernels_and_a_candidate_behind_it_does_not_rewrite_it():
+    one = CallFacts(**{**BASE, "is_sliding": True}, offers=(Offer("fa4", "dtype fp32", False),))
+    two = one._replace(offers=(*one.offers, Offer("second", "needs sm100", False)))
+    assert decide(one) == decide(two) == Route("sdpa", "dtype fp32")
+    gone = one._replace(offers=(Offer("fa4", "flash-attn-4 not installed", False, absent=True), Offer("flex", "device cpu", True)))
+    assert decide(gone) == Route("sdpa", "device cpu")  # a candidate not installed lets the next one explain
 
 
 def test_refine():
@@ -87,7 +95,7 @@ def test_the_table_names_the_kernel_in_its_order():
     first = (Offer("mine", None, False), Offer("ffpa", None, False))
     assert decide(CallFacts(**BASE, offers=first)).kernel == "mine"
     none = (Offer("a", "no a", False), Offer("b", "no b", False))
-    assert decide(CallFacts(**BASE, offers=none)) == Route("sdpa", "no a; no b")
+    assert decide(CallFacts(**BASE, offers=none)) == Route("sdpa", "no a")  # the preferred kernel's refusal
     assert decide(CallFacts(**BASE)).reason == "no kernel in the table serves this layer"
 
 

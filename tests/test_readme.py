@@ -30,8 +30,21 @@ def user_files(tmp_path, monkeypatch):
 
 def test_the_readme_has_the_snippets_this_file_runs():
     blocks = python_blocks()
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     assert 'attn_implementation="ffpa"' in blocks[0] and "Trainer(" in blocks[1]
+    assert 'sp_backend="deepspeed"' in blocks[2]
+
+
+def test_the_sequence_parallel_recipe_compiles_and_its_imports_exist():
+    """Across GPUs: its imports resolve in this accelerate, and it asks for what the Ulysses tests run
+    (tests/ulysses_trainer_worker.py trains exactly this configuration on 2 gloo ranks)."""
+    block = python_blocks()[2]
+    compile(block, "README.md Across GPUs", "exec")
+    dataclasses = pytest.importorskip("accelerate.utils.dataclasses")
+    if not hasattr(dataclasses, "DeepSpeedSequenceParallelConfig"):
+        pytest.skip("this accelerate has no DeepSpeed sequence parallelism")
+    exec("\n".join(line for line in block.splitlines() if line.startswith(("from ", "import "))), {})
+    assert 'sp_attn_implementation="sdpa"' in block and 'attn_implementation="sdpa"' in block
 
 
 def test_quick_start_runs_and_status_shows_the_calls(user_files, capsys, patched):

@@ -52,8 +52,8 @@ class KernelTableError(ValueError):
 
 
 def packages(serves: Layer | None = None) -> tuple[str, ...]:
-    """The distributions the catalog's kernels come from (those serving ``serves``), torch aside."""
-    return tuple(dict.fromkeys(k.package for k in CATALOG if k.package != "torch" and serves in (None, k.serves)))
+    """The distributions the catalog's fused kernels come from (those serving ``serves``), torch aside."""
+    return tuple(dict.fromkeys(k.package for k in CATALOG if k.package != "torch" and k.fused and serves in (None, k.serves)))
 
 
 def capability_problem(info: KernelInfo, major: int, minor: int, head_dim: int) -> str | None:
@@ -110,6 +110,7 @@ class Kernel:
     dense_bwd: Callable | None = None  # the backward from a given out and lse
     varlen_bwd: Callable | None = None
     saved_ops: Callable[[], set] | None = None  # the forward ops a selective-checkpointing policy keeps
+    missing: Callable[[], "str | None"] = lambda: None  # why it is not on this machine at all (not installed, switched off)
 
     @property
     def name(self) -> str:
@@ -144,7 +145,7 @@ def load(info: KernelInfo) -> Kernel:
     module = sys.modules.get(info.module) or importlib.import_module(info.module)  # (Dynamo traces the first)
     entries = {name: getattr(module, name) for name in ENTRY_POINTS if callable(getattr(module, name, None))}
     saved = functools.partial(registered_ops, info, module.import_error) if info.checkpoint_ops else None
-    return Kernel(info, refusal(info, module.import_error), saved_ops=saved, **entries)
+    return Kernel(info, refusal(info, module.import_error), saved_ops=saved, missing=machine_fact(module.import_error), **entries)
 
 
 def registered_ops(info: KernelInfo, import_error: Callable | None = None) -> set:
@@ -212,8 +213,8 @@ def check_checkpoint_ops(where: str, ops: set) -> None:
 
 
 def switched_off(kernel: Kernel, why: str) -> Kernel:
-    """``kernel`` refusing every call (e.g. flash-attn-4 off, to compare with FlexAttention)."""
-    return replace(kernel, unsupported=lambda *args: why)
+    """``kernel`` refusing every call, as if not installed (e.g. flash-attn-4 off, to compare with FlexAttention)."""
+    return replace(kernel, unsupported=lambda *args: why, missing=lambda: why)
 
 
 class Offer(NamedTuple):
@@ -222,6 +223,7 @@ class Offer(NamedTuple):
     kernel: str
     problem: str | None  # why it refuses the call, or None: it takes it
     any_mask: bool
+    absent: bool = False  # not on this machine at all: a fallback's reason is the first present candidate's
 
 
 @dataclass(frozen=True)
@@ -244,8 +246,9 @@ class KernelSet:
 
     def offers(self, layer: str, backend: str, device, dtype, head_dim: int, deterministic: bool = False) -> tuple:
         """Each kernel serving ``layer``, in order, with why it refuses this call (or None)."""
-        return tuple(Offer(k.name, k.refuses(backend, device, dtype, head_dim, deterministic), k.info.any_mask)
-                     for k in self.kernels if k.info.serves == layer)
+        return tuple(Offer(k.name, problem, k.info.any_mask, problem is not None and k.missing() is not None)
+                     for k in self.kernels if k.info.serves == layer
+                     for problem in (k.refuses(backend, device, dtype, head_dim, deterministic),))
 
     def cached_offers(self, *facts) -> tuple:
         """``offers`` remembered per set of facts (a kernel's answers depend on nothing else): an eager

@@ -87,9 +87,11 @@ class SdpaRepeatKV(Patch):
 
     def install(self, module: Any, record: Callable[[Undo], None]) -> None:
         sdpa_attention = hf.sdpa_attention_module()
+        original = sdpa_attention.sdpa_attention_forward
         fixed = make_fixed_sdpa(sdpa_attention.repeat_kv)
         record(wrap_attribute(sdpa_attention, "sdpa_attention_forward", fixed, self.name)[2])
-        # the registry entry is what models call, inside compiled graphs too: a plain function; an
-        # entry someone else put there first would end up inside ours, so then this stands down
-        record(wrap_mapping_entry(hf.attention_registry(), "sdpa", fixed, self.name, accept=lambda e: e is hf.stock_sdpa(),
+        # the registry entry is what models call, inside compiled graphs too: a plain function. The fix
+        # always calls what it wraps (with K/V repeated), so an earlier wrapper (an fp32 upcast, say) may
+        # be wrapped, as long as the registry and the module attribute agree on it
+        record(wrap_mapping_entry(hf.attention_registry(), "sdpa", fixed, self.name, accept=lambda e: e is original,
                                   reads=lambda: hf.attention_table_entry("sdpa"))[2])

@@ -107,7 +107,10 @@ def decide(f: CallFacts) -> Route:
     for offer in f.offers:
         if offer.problem is None:
             return Route(offer.kernel, TO_ANALYSE if f.mask in (Mask.TENSOR, Mask.SEQUENCE_PARALLEL) else DENSE_CAUSAL)
-    return Route(SDPA, "; ".join(o.problem for o in f.offers) or "no kernel in the table serves this layer")
+    # the refusal of the first candidate on this machine (a candidate added behind it does not rewrite the
+    # reasons of its layer kind; one that is not installed says so in status, and lets the next one explain)
+    present = [o for o in f.offers if not o.absent] or f.offers
+    return Route(SDPA, present[0].problem if present else "no kernel in the table serves this layer")
 
 
 BLOCKS_REASON = "causal + bidirectional image blocks (in-block keys merged by log-sum-exp)"
@@ -155,7 +158,9 @@ def in_graph(route: Route, f: CallFacts, traceable: bool, any_mask: bool, op_ava
     return InGraph.EAGER_REGION, route
 
 
-def strict_violation(is_sliding: bool, head_dim: int, route: Route) -> bool:
-    """Strict mode raises for a head_dim > 256 full layer that did not run a fused kernel,
+def strict_violation(is_sliding: bool, head_dim: int, route: Route, counts_as_fused: bool | None = None) -> bool:
+    """Strict mode raises for a head_dim > 256 full layer that did not run a fused kernel (a table
+    kernel whose catalog row says it does not count as one, ``counts_as_fused=False``, included),
     unless the route was the call's or the user's own choice."""
-    return not is_sliding and head_dim > 256 and not route.fused and not route.chosen and route.kernel != REFUSE
+    fused = route.fused if counts_as_fused is None else counts_as_fused
+    return not is_sliding and head_dim > 256 and not fused and not route.chosen and route.kernel != REFUSE

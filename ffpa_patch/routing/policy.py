@@ -30,10 +30,18 @@ def set_strict(on: bool) -> None:
     current.strict = on
 
 
+def counts_as_fused(route: Route) -> bool:
+    """A table kernel whose catalog row counts it as fused (a stand-in no faster than SDPA does not)."""
+    from .. import kernels
+
+    return route.fused and kernels.active().by_name(route.kernel).info.fused
+
+
 def _enforce(layer: str, head_dim: int, route: Route) -> None:
-    if current.strict and strict_violation(layer != "full", head_dim, route):
+    if current.strict and strict_violation(layer != "full", head_dim, route, counts_as_fused(route)):
+        what = f"ran {route.kernel}, which its catalog row does not count as fused" if route.fused else f"fell back to {route.kernel}"
         raise FFPAFallbackError(
-            f"ffpa_patch strict mode: a head_dim={head_dim} full-attention layer fell back to {route.kernel}: {route.reason}")
+            f"ffpa_patch strict mode: a head_dim={head_dim} full-attention layer {what}: {route.reason}")
 
 
 def account(layer: str, head_dim: int, route: Route, *, where: str = EAGER_CALL, layer_idx: int = -1,
