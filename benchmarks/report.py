@@ -437,6 +437,59 @@ def report_full(results):
     print(f"### {FULL}: before/after the routing core\n\n" + before_after_tables(folder) + "\n")
 
 
+def images_table(rows) -> str:
+    """Image batches (benchmarks/images.py): tokens/s against the stock row of the same model and batch."""
+    key = lambda r: (r["model"], r["seq"], r["layers"], bool(r.get("text_only")), r.get("lora"), r.get("ckpt"))  # noqa: E731
+    stock = {key(r): r["tokens_per_s"] for r in rows if r["backend"] == "sdpa-stock" and "error" not in r}
+    out = ["| model | layers | batch | backend | tokens/s | vs stock | first step s | peak GiB |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        batch = "text" if r.get("text_only") else f"{r.get('images')} images x {r.get('image_tokens')} tokens"
+        if "error" in r:
+            out.append(f"| {r['model']} | {r.get('layers')} | {batch} | {r['backend']} | {r['error'][:50]} | | | |")
+            continue
+        vs = f"{r['tokens_per_s'] / stock[key(r)]:.2f}x" if key(r) in stock else "-"
+        out.append(f"| {r['model']} | {r['layers']} | {batch} | {r['backend']} | {r['tokens_per_s']:,.0f} | {vs} "
+                   f"| {r['first_step_s']:.1f} | {r['peak_gib']:.1f} |")
+    return "\n".join(out)
+
+
+def projection_table(rows) -> str:
+    """Ulysses SP projected (benchmarks/ulysses_projection.py)."""
+    out = ["| model | N | seq | tokens/rank | attention s | all-to-all s (GB) | rest s | step s | tokens/s/GPU |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['model']} | {r['degree']} | {r['seq'] // 1024}k | {r['tokens_per_rank']} | {r['attention_s']:.2f} "
+                   f"| {r['exchange_s']:.2f} ({r['exchange_gb']:.0f}) | {r['rest_s']:.2f} | {r['step_s']:.1f} | {r['tokens_per_s_per_gpu']:,.0f} |")
+    return "\n".join(out)
+
+
+def report_2026_12_07(results):
+    """This session's runs: full depth (12B) and image batches on an H100; the SP projection on an H200."""
+    folder = os.path.join(results, "2026-12-07-h100-a")
+    data = load(folder, "full_model.json")
+    if data:
+        print("### 2026-12-07-h100-a/full_model.json\n\n" + full_model_table(data["rows"]) + "\n")
+    data = load(folder, "images.json")
+    if data:
+        print("### 2026-12-07-h100-a/images.json\n\n" + images_table(data["rows"]) + "\n")
+    folder = os.path.join(results, "2026-12-07-h200-b")
+    rows = [r for name in ("ulysses_projection_31b.json", "ulysses_projection_26b.json") if load(folder, name)
+            for r in load(folder, name)["rows"]]
+    if rows:
+        print("### 2026-12-07-h200-b/ulysses_projection_*.json (a projection: kernels on an H200, floors from an H100)\n\n"
+              + projection_table(rows) + "\n")
+    stock = load(os.path.join(results, "2026-12-07-cpu-ulysses"), "stock_error.json")
+    if stock:
+        lines = ["| layout | rank | loss | one process | logits error | worst gradient error |", "|---|---|---|---|---|---|"]
+        for rank, rows in enumerate(stock["ranks"]):
+            for r in rows:
+                lines.append(f"| {r['layout']} | {rank} | {r['loss']:.4f} | {r['one_process_loss']:.4f} "
+                             f"| {r['logits_error_this_rank']:.2f} | {r['worst_gradient_error']:.2f} |")
+        print("### 2026-12-07-cpu-ulysses/stock_error.json (stock DeepSpeed Ulysses + SDPA, tiny Mistral, CPU)\n\n"
+              + "\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
     main()
     report_full(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results")
+    report_2026_12_07(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results")

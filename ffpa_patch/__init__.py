@@ -28,7 +28,8 @@ _lifecycle = Lifecycle(_PATCH_CLASSES)
 PATCH_NAMES = _lifecycle.names
 
 
-def apply(*, strict: bool | None = None, targets: Iterable[str] | None = None, exclude: Iterable[str] = (), force: bool | None = None) -> Status:
+def apply(*, strict: bool | None = None, targets: Iterable[str] | None = None, exclude: Iterable[str] | None = (),
+          force: bool | None = None) -> Status:
     """Patch now (and on later imports). Idempotent; returns ``status()``.
 
     ``strict`` raises on unsupported versions and makes any fallback of a

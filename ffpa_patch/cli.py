@@ -38,6 +38,9 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
     import ffpa_patch
     from ffpa_patch import hf
 
+    if config and not os.path.exists(config):  # before the 5-20 s of imports a check costs
+        print(f"ffpa-patch status: --config {config}: no such file or folder (a local model folder or config.json)", file=sys.stderr)
+        return 2
     check = check or bool(config)
     if check:
         for name in hf.modules_to_import():
@@ -60,9 +63,6 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
     if config:
         from ffpa_patch.plan import layer_plan
 
-        if not os.path.exists(config):
-            print(f"ffpa-patch status: --config {config}: no such file or folder (a local model folder or config.json)", file=sys.stderr)
-            return 2
         try:
             text_config = hf.load_text_config(config)
         except Exception as exc:
@@ -159,6 +159,17 @@ def _run(cmd: list[str]) -> int:
         return 127
 
 
+def _positive(text: str) -> int:
+    """argparse type: a whole number of at least 1 (a bad value exits 2 with a message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     from ffpa_patch import __version__
 
@@ -167,9 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--version", action="version", version=f"ffpa-patch {__version__}")
     sub = ap.add_subparsers(dest="cmd")
     demo = sub.add_parser("demo", help="train a small random Gemma4 a few steps, stock then patched: times, routes, loss difference")
-    demo.add_argument("--steps", type=int, default=None, help="training steps per side (default: 5 on a GPU, 3 on CPU)")
-    demo.add_argument("--seq", type=int, default=None, help="tokens per step (default: 4096 on a GPU, 256 on CPU)")
-    demo.add_argument("--layers", type=int, default=6, help="decoder layers (5 sliding : 1 full, like the released models)")
+    demo.add_argument("--steps", type=_positive, default=None, help="training steps per side (default: 5 on a GPU, 3 on CPU)")
+    demo.add_argument("--seq", type=_positive, default=None, help="tokens per step (default: 4096 on a GPU, 256 on CPU)")
+    demo.add_argument("--layers", type=_positive, default=6, help="decoder layers (5 sliding : 1 full, like the released models)")
+    demo.add_argument("--save", metavar="DIR", help="also write the demo's model to DIR (config + weights), a local "
+                                                    "folder from_pretrained takes: no download")
     st = sub.add_parser("status", help="versions, patches, kernels, routing counts; exits 0 when the fused kernels will run",
                         epilog=f"exit codes: {codes}; 1 = ffpa-patch itself failed, 2 = bad arguments")
     st.add_argument("--json", action="store_true", help="print everything as one JSON object (exit code included)")
@@ -197,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "demo":
         from ffpa_patch.demo import run as run_demo
 
-        return run_demo(steps=args.steps, seq=args.seq, layers=args.layers)
+        return run_demo(steps=args.steps, seq=args.seq, layers=args.layers, save=args.save)
     if args.cmd == "doctor":
         from ffpa_patch.doctor import run
 

@@ -61,9 +61,22 @@ def _not_ready(status, backend_patch: str) -> tuple[int, str] | None:
     return None
 
 
-def run(steps: int | None = None, seq: int | None = None, layers: int = 6, out=print) -> int:
+def _full_layers_fuse_here(device, dtype) -> str | None:
+    """None when a full layer of the demo would run a fused kernel here, else why not (asked before any
+    step, so strict mode stops the demo at once instead of after the stock steps)."""
+    from ffpa_patch.kernels import active
+    from ffpa_patch.names import Backend, Layer
+
+    offers = active().offers(Layer.FULL, Backend.FFPA, device, dtype, 512)
+    if any(o.problem is None for o in offers):
+        return None
+    return "; ".join(o.problem for o in offers) or "no kernel serves full layers"
+
+
+def run(steps: int | None = None, seq: int | None = None, layers: int = 6, out=print, save: str | None = None) -> int:
     """0 when the demo ran; 4/5 (as `ffpa-patch status`) when ffpa_patch is off here; 3 when strict
-    mode stopped it on a machine where the full layers cannot run fused."""
+    mode stopped it on a machine where the full layers cannot run fused. ``save``: a folder to write
+    the model to (config and weights: what ``from_pretrained`` takes)."""
     import ffpa_patch
     from ffpa_patch.lifecycle import BACKEND_PATCH
 
@@ -80,6 +93,12 @@ def run(steps: int | None = None, seq: int | None = None, layers: int = 6, out=p
     steps = steps or (5 if cuda else 3)
     seq = seq or (4096 if cuda else 256)
     device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+    strict = ffpa_patch.status().strict
+    why_not = _full_layers_fuse_here(torch.device(device), dtype) if strict else None
+    if why_not:
+        out(f"ffpa-patch demo: strict mode (FFPA_PATCH_STRICT) and no fused kernel can run the full layers here "
+            f"({why_not}): nothing run. `ffpa-patch status` says why; without strict mode they run stock SDPA.")
+        return CANNOT_RUN_HERE
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     config = _config(layers, big=cuda)
     torch.manual_seed(0)
@@ -87,11 +106,14 @@ def run(steps: int | None = None, seq: int | None = None, layers: int = 6, out=p
         model = hf.causal_lm(hf.GEMMA4, **config).to(dtype)
     config = model.config
     weights = {k: v.clone() for k, v in model.state_dict().items()}
+    if save:
+        model.save_pretrained(save)
+        out(f"ffpa-patch demo: wrote the model to {save} (random weights, the released attention shapes): "
+            f'AutoModelForCausalLM.from_pretrained("{save}", attn_implementation="ffpa") loads it, no download')
     ids = torch.randint(0, config.vocab_size, (1, seq), device=device, generator=torch.Generator(device).manual_seed(1))
     out(f"ffpa-patch demo: {layers} layers (hidden {config.hidden_size}; sliding head_dim 256, window "
         f"{config.sliding_window}; full head_dim 512), {seq} tokens a step, {steps} steps, {device} {str(dtype)[6:]}")
 
-    strict = ffpa_patch.status().strict
     ffpa_patch.revert()
     model.set_attn_implementation("sdpa")
     stock_times, stock_losses = _train(model, ids, steps, sync)

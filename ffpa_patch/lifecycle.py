@@ -195,7 +195,7 @@ class Lifecycle:
         strict = None if strict is None else _flag("strict", strict)
         force = None if force is None else _flag("force", force)
         targets = None if targets is None else _names("targets", targets)
-        exclude = _names("exclude", exclude)
+        exclude = () if exclude is None else _names("exclude", exclude)  # (FFPA_PATCH_EXCLUDE is added either way)
         try:
             settings = env.read()
             names = [] if settings.disable else self._select(targets, exclude, settings)

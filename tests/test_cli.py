@@ -3,6 +3,8 @@ import os
 
 import pytest
 
+from conftest import run_python
+
 import ffpa_patch
 from ffpa_patch import cli
 
@@ -25,6 +27,12 @@ def test_run_with_a_missing_command_says_so(capsys, monkeypatch):
     assert cli.main(["run", "--", "no-such-command-ffpa"]) == 127
     err = capsys.readouterr().err
     assert err.strip() == "ffpa-patch run: cannot run 'no-such-command-ffpa': No such file or directory"
+
+
+def test_status_with_a_missing_config_says_so_before_importing_anything(tmp_path):
+    out = run_python(f"import sys; from ffpa_patch import cli; code = cli.main(['status', '--config', {str(tmp_path / 'x')!r}]); "
+                     "print(code, 'transformers' in sys.modules, 'torch' in sys.modules)")
+    assert out.strip().splitlines()[-1] == "2 False False"
 
 
 def test_status_with_a_missing_config_says_so(capsys, tmp_path):
@@ -172,7 +180,7 @@ def test_asking_for_ffpa_while_off_names_ffpa_patch_and_the_reason(env_extra, re
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, timeout=300)
     ours, stock = done.stdout.strip().splitlines()[-2:]
     assert ours.startswith('FFPANotAppliedError attn_implementation="ffpa" comes from ffpa_patch, which is imported here but not applied')
-    assert reason in ours
+    assert reason in ours and "not applied: not applied" not in ours
     assert stock.startswith("ValueError") and "ffpa_patch" not in stock
 
 
@@ -190,3 +198,40 @@ def test_the_demo_runs_on_cpu_and_says_why_nothing_was_fused(capsys):
     assert "full    -> sdpa : device cpu (FFPA needs CUDA)  2" in text
     diff = float(text.split("largest difference ")[1].split(")")[0])
     assert diff < 1e-4 and "nothing was fused here" in text  # SDPA, or its repeat-K/V fix on 5.5-5.12: rounding
+
+
+@pytest.mark.parametrize("args", [["--seq", "-5"], ["--steps", "0"], ["--layers", "0"], ["--seq", "many"]])
+def test_bad_demo_arguments_exit_2_with_a_message(args, capsys):
+    from ffpa_patch import cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["demo", *args])
+    assert done.value.code == 2
+    assert "is not" in capsys.readouterr().err  # "... is not at least 1" / "is not a whole number"
+
+
+def test_strict_demo_stops_before_any_step_where_nothing_can_fuse(patched):
+    import torch
+
+    import ffpa_patch
+    from ffpa_patch import demo
+
+    if torch.cuda.is_available():
+        pytest.skip("CPU behaviour")
+    ffpa_patch.apply(strict=True)
+    lines = []
+    assert demo.run(steps=1, seq=64, layers=6, out=lines.append) == demo.CANNOT_RUN_HERE
+    assert len(lines) == 1 and "strict mode" in lines[0] and "device cpu" in lines[0]  # no step ran
+
+
+def test_the_demo_saves_a_folder_the_quick_start_loads(tmp_path, patched):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ffpa_patch import demo
+
+    lines = []
+    assert demo.run(steps=1, seq=32, layers=6, out=lines.append, save=str(tmp_path / "tiny")) == 0
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "tiny"), attn_implementation="ffpa", dtype=torch.bfloat16)
+    assert model.config.model_type == "gemma4_text" and model.config.num_hidden_layers == 6
+    assert any("wrote the model to" in line for line in lines)

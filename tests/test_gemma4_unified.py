@@ -111,8 +111,8 @@ def test_the_first_forward_line_names_the_12b():
     env.pop("FFPA_PATCH_DISABLE", None)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, timeout=300)
     lines = [line for line in proc.stderr.splitlines() if line.startswith("ffpa_patch: ")]
-    assert lines == ["ffpa_patch: Gemma4 12B (gemma4_unified) model (ffpa): 1 full -> ffpa (dense causal); "
-                     "5 sliding -> fa4 (dense causal)"], proc.stderr
+    assert lines == ['ffpa_patch: Gemma4 12B (gemma4_unified) model on "ffpa": 1 full -> ffpa: dense causal | '
+                     "5 sliding -> fa4: dense causal"], proc.stderr
 
 
 def test_status_config_of_the_released_12b_plans_each_layer(tmp_path):

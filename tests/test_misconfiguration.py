@@ -78,3 +78,27 @@ def test_an_explicit_apply_warns_at_the_callers_line(future_nemo):
            "    ffpa_patch.apply()\nprint(w[-1].filename, w[-1].lineno)"
     done = python(code, PYTHONPATH=future_nemo)
     assert done.stdout.strip().endswith("<string> 4"), done.stdout + done.stderr
+
+
+def test_exclude_none_means_the_environment_switch_as_the_api_says(monkeypatch):
+    import ffpa_patch
+
+    monkeypatch.setenv("FFPA_PATCH_EXCLUDE", "nemo_moe_ring")
+    ffpa_patch.revert()
+    try:
+        rows = {p["name"]: p["state"] for p in ffpa_patch.apply(exclude=None).patches}
+        assert rows["nemo_moe_ring"] == "skipped" and ffpa_patch.is_applied()
+    finally:
+        ffpa_patch.revert()
+
+
+def test_stats_rows_are_plain_strings(patched, reference_kernels):
+    import torch
+
+    import ffpa_patch
+    import tiny
+
+    tiny.causal_lm("dense31b", attn="ffpa")(torch.randint(0, 128, (1, 8)))
+    rows = ffpa_patch.stats()
+    assert rows and all(type(r[k]) is str for r in rows for k in ("layer", "kernel", "reason"))
+    assert "<Layer." not in repr(rows)

@@ -36,8 +36,13 @@ def test_the_wheel_and_sdist_carry_everything(built):
     low, high = sorted(SUPPORTED["ffpa-attn"].split(","), key=lambda s: s[0] != ">")
     assert f"Requires-Dist: ffpa-attn{high},{low}; extra == \"ffpa\"" in metadata  # one range everywhere
     members = tarfile.open(sdist).getnames()
-    for needed in ("LICENSE", "README.md", "CHANGELOG.md", "ffpa_patch/bootstrap/sitecustomize.py", "ffpa_patch/startup.py"):
+    for needed in ("LICENSE", "README.md", "CHANGELOG.md", "ffpa_patch/bootstrap/sitecustomize.py", "ffpa_patch/startup.py",
+                   "ffpa_patch/kernels/catalog.py", "pytest.ini", "tox.ini"):
         assert any(m.endswith("/" + needed) for m in members), needed
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # every test file and what they import
+    for test_file in sorted(os.listdir(os.path.join(root, "tests"))):
+        if test_file.endswith(".py"):
+            assert any(m.endswith("/tests/" + test_file) for m in members), test_file
 
 
 def test_the_wheel_installed_outside_the_clone_runs_its_commands(built, tmp_path):

@@ -46,6 +46,6 @@ class ExplainOff(Patch):
                     raise
                 raise FFPANotAppliedError(
                     f'attn_implementation="{BACKEND}" comes from ffpa_patch, which is imported here but not applied: '
-                    f"{reason()}. `ffpa-patch status` says more.") from exc
+                    f"{reason().removeprefix('not applied: ')}. `ffpa-patch status` says more.") from exc
 
         record(wrap_attribute(module, METHOD, explain, self.name)[2])

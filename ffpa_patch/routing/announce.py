@@ -2,8 +2,8 @@
 
 Collected per config object while the first forward runs, printed when its
 last decoder layer has been routed, e.g.
-``ffpa_patch: Gemma4 model (ffpa): 1 full -> ffpa (dense causal); 5 sliding -> fa4 (dense causal)``
-(``Gemma4 12B (gemma4_unified) model`` for the 12B).
+``ffpa_patch: Gemma4 model on "ffpa": 1 full -> ffpa: dense causal | 5 sliding -> fa4: dense causal``
+(``Gemma4 12B (gemma4_unified) model`` for the 12B): kinds apart by ``|``, a reason after its kernel's colon.
 Goes to the ``ffpa_patch`` logger at INFO, or to stderr when logging is not configured.
 """
 from __future__ import annotations
@@ -34,8 +34,8 @@ def note(config, last: bool, backend: str, family: str, layer: str, kernel: str,
     if last:
         _done[key] = weakref.ref(config)
         del _pending[key]
-        parts = "; ".join(f"{n} {lay} -> {ker} ({why})" for (lay, ker, why), n in sorted(seen.items()))
-        emit(f"ffpa_patch: {family} model ({backend}): {parts}")
+        parts = " | ".join(f"{n} {lay} -> {ker}: {why}" for (lay, ker, why), n in sorted(seen.items()))
+        emit(f'ffpa_patch: {family} model on "{backend}": {parts}')
 
 
 def emit(msg: str) -> None:

@@ -8,13 +8,13 @@ _once: set = set()
 
 
 def record(layer: str, kernel: str, reason: str) -> None:
-    _counts[(layer, kernel, reason)] += 1
+    _counts[(str(layer), str(kernel), str(reason))] += 1  # plain strings: rows print as users read them
 
 
 def record_once(key, layer: str, kernel: str, reason: str) -> None:
     """Count ``key`` (a layer's route in a compiled graph) once, however often Dynamo traces it."""
-    if (key, layer, kernel, reason) not in _once:
-        _once.add((key, layer, kernel, reason))
+    if (key, str(layer), str(kernel), str(reason)) not in _once:
+        _once.add((key, str(layer), str(kernel), str(reason)))
         record(layer, kernel, reason)
 
 
