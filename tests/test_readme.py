@@ -112,3 +112,7 @@ def test_the_checkpointing_rename_happened_where_the_readme_says():
     assert hasattr(PreTrainedModel, "activation_checkpointing_enable") == renamed
     assert ("activation_checkpointing" in TrainingArguments.__dataclass_fields__) == renamed
     assert hasattr(PreTrainedModel, "gradient_checkpointing_enable")  # the old name works everywhere
+
+
+def test_the_readme_stays_a_page():
+    assert len(README.splitlines()) <= 200  # measurements and their stories live in benchmarks/README.md
