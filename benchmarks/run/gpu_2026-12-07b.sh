@@ -6,7 +6,8 @@
 #       26B-A4B, N = 8), 64k and 128k, with the measured one-GPU attention-free floors (H100, 2026-12-06-h100-d)
 #   K   kernel_map.py's sdpa rows and its first FFPA call (both failed before), 31B shapes at 8k
 #   TN  the GPU tests this session touched (the drop-in, the first-call entry, the SP rank shapes)
-#   T   every GPU test
+#   T   the rest of the GPU tests
+#   A   every GPU test (after the kernel-table change)
 set -u
 [ -f .gpu/activate.sh ] && source .gpu/activate.sh
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
@@ -49,5 +50,10 @@ T)
   timeout ${TESTS_S:-540} python -m pytest -m gpu -q -p no:cacheprovider --durations=12 tests/gpu \
     -k "not (first_call or ulysses or tiny_gemma4_on_real_kernels or autocast or dropin)" 2>&1 | tail -40 > $OUT/gpu-tests-rest.log
   stamp "done: $(tail -1 $OUT/gpu-tests-rest.log)"
+  ;;
+A)
+  stamp "all gpu tests"
+  timeout ${TESTS_S:-540} python -m pytest -m gpu -q -p no:cacheprovider --durations=12 tests/gpu 2>&1 | tail -60 > $OUT/gpu-tests-all.log
+  stamp "done: $(tail -1 $OUT/gpu-tests-all.log)"
   ;;
 esac; done
