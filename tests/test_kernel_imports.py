@@ -37,3 +37,19 @@ def test_import_problem_says_what_is_missing():
     missing = import_problem("no_such_kernel_package", "no-such-kernels")
     assert missing.startswith("no-such-kernels not importable (ModuleNotFoundError")
     assert "no_such_attr" in import_problem("json", "json", attr="no_such_attr")
+
+
+def test_the_table_built_at_install_imports_no_kernel_package():
+    """The routing patches build (and check) the production table when Transformers' registry is
+    imported; the kernel packages themselves still wait for the first attention call. A fake
+    ffpa_attn on the path records whether anything imported it."""
+    from conftest import run_python
+
+    code = ("import sys, os, tempfile\n"
+            "d = tempfile.mkdtemp(); os.makedirs(os.path.join(d, 'ffpa_attn'))\n"
+            "open(os.path.join(d, 'ffpa_attn', '__init__.py'), 'w').write('raise SystemExit(\"imported\")')\n"
+            "sys.path.insert(0, d)\n"
+            "import ffpa_patch, transformers.modeling_utils\n"
+            "from ffpa_patch import kernels\n"
+            "print(kernels._active is not None, 'ffpa_attn' in sys.modules, 'flash_attn' in sys.modules)\n")
+    assert run_python(code).strip().splitlines()[-1] == "True False False"

@@ -195,8 +195,8 @@ def validate(name: str, kernels: tuple) -> None:
         merging = [getattr(kernel, e) is not None for e in MERGING]
         if any(merging) and not all(merging):
             raise KernelTableError(f"{where} has some of {MERGING} but not all: image blocks need the four")
-        if kernel.saved_ops is not None:
-            check_checkpoint_ops(where, kernel.saved_ops())
+        # the ops registered by now, without importing the kernel's package (that waits for the first call)
+        check_checkpoint_ops(where, registered_ops(info))
 
 
 def check_checkpoint_ops(where: str, ops: set) -> None:
