@@ -36,7 +36,9 @@ def run(kernels: KernelSet, route: Route, layout: Layout | None, query, key, val
     kernel = kernels.by_name(route.kernel)
     if kernel.block is not None:  # a kernel that takes any mask builds it from the layout itself
         return kernel.block(query, key, value, layout, scale, window)
-    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # [B, S, H, D] views
+    # [B, S, H, D]: views of Gemma 4's own storage (contiguous: no copy); a caller that made q/k/v contiguous
+    # as [B, H, S, D] (DeepSpeed's Ulysses exchange does) gets one copy, so every kernel reads the layout it was built for
+    q, k, v = (t.transpose(1, 2).contiguous() for t in (query, key, value))
     if layout is not None and layout.kind == Shape.BLOCKS:
         return blocks.attention(kernel, q, k, v, layout, scale, window, deterministic)
     if layout is None or layout.kind == Shape.DENSE:
