@@ -76,7 +76,7 @@ def test_refine():
     assert "varlen" in refine(Route("fa4", "masked"), Shape.VARLEN).reason
     assert refine(Route("ffpa", "masked"), Shape.OTHER).kernel == "sdpa"
     assert refine(Route("fa4", "masked"), Shape.OTHER).kernel == "sdpa"
-    assert refine(Route("fa4", "masked"), Shape.OTHER, mask_kernel="flex").kernel == "flex"
+    assert refine(Route("fa4", "masked"), Shape.OTHER, mask_offer=Offer("flex", None, True)).kernel == "flex"
     assert refine(Route("flex", "masked"), Shape.VARLEN).kernel == "flex"
 
 
@@ -120,3 +120,12 @@ def test_strict_only_flags_missed_full_layers():
     assert not strict_violation(False, 512, route(backend="sdpa", sdpa_pinned="math"))  # the user's choice
     assert not strict_violation(True, 256, Route("sdpa", "x"))
     assert not strict_violation(False, 512, Route("ffpa", "dense causal"))
+
+
+def test_the_chosen_kernel_travels_with_the_route():
+    """decide hands dispatch the Kernel it chose (no lookup by name after choose), through refine too."""
+    full, flex = object(), object()
+    route = decide(CallFacts(**{**BASE, "mask": TENSOR}, offers=(Offer("ffpa", None, False, impl=full),)))
+    assert route.impl is full and refine(route, Shape.VARLEN).impl is full
+    assert refine(route, Shape.OTHER, mask_offer=Offer("flex", None, True, impl=flex)).impl is flex
+    assert route.noted("cast").impl is full

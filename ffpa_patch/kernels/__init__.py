@@ -224,6 +224,7 @@ class Offer(NamedTuple):
     problem: str | None  # why it refuses the call, or None: it takes it
     any_mask: bool
     absent: bool = False  # refused because it is not on this machine at all: a fallback's reason is then the next one's
+    impl: object = None  # the Kernel itself: a route that takes it carries it to dispatch (no lookup by name)
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,7 @@ class KernelSet:
 
     def offers(self, layer: str, backend: str, device, dtype, head_dim: int, deterministic: bool = False) -> tuple:
         """Each kernel serving ``layer``, in order, with why it refuses this call (or None)."""
-        return tuple(Offer(k.name, problem, k.info.any_mask, problem is not None and problem == k.missing())
+        return tuple(Offer(k.name, problem, k.info.any_mask, problem is not None and problem == k.missing(), k)
                      for k in self.kernels if k.info.serves == layer
                      for problem in (k.refuses(backend, device, dtype, head_dim, deterministic),))
 

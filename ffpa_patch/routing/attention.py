@@ -83,7 +83,7 @@ def read(module, query, key, value, mask, backend: str, kwargs: dict, sdpa=None)
     head_dim = query.shape[-1]
     active = kernels.active()
     if call_precision.problem:  # q/k/v dtypes that no kernel takes
-        offers = tuple(Offer(k.name, call_precision.problem, k.info.any_mask) for k in active.serving(kind))
+        offers = tuple(Offer(k.name, call_precision.problem, k.info.any_mask, impl=k) for k in active.serving(kind))
     elif compiling:
         offers = active.offers(kind, backend, query.device, call_precision.dtype, head_dim, deterministic)
     else:
@@ -105,27 +105,25 @@ def choose(call: Call) -> tuple[Route, InGraph, Layout | None]:
     route = decide(facts)
     if not route.fused:
         return route, InGraph.DIRECT, None
-    active = kernels.active()
     if call.compiling:
-        kernel = active.by_name(route.kernel)
+        kernel = route.impl
         bool_mask = isinstance(call.mask, torch.Tensor) and call.mask.dtype == torch.bool
         how, route = in_graph(route, facts, kernel.traceable, kernel.info.any_mask, compiled.AVAILABLE, bool_mask)
         layout = None
         if how == InGraph.DIRECT and facts.mask == Mask.TENSOR:  # the bool mask as given, a real buffer for Inductor
             layout = Layout(Shape.OTHER, allowed=torch.ops.ffpa_patch.materialize(call.mask))
         elif how == InGraph.OP:
-            route = Route(route.kernel, IN_OP_ROUTE)
-        return _noted(call, route, active), how, layout
-    route, layout = execute.finish(active, route, call.mask, facts.mask, call.query.shape[0], call.window,
-                                   call.layer.layer_idx, facts.mask_kernel)
+            route = route._replace(reason=IN_OP_ROUTE)
+        return _noted(call, route), how, layout
+    route, layout = execute.finish(route, call.mask, facts.mask, call.query.shape[0], call.window,
+                                   call.layer.layer_idx, facts.mask_offer)
     if route.fused and (call.precision.cast or call.deterministic):
-        route = _noted(call, route, active)
+        route = _noted(call, route)
     return route, InGraph.DIRECT, layout
 
 
-def _noted(call: Call, route: Route, active) -> Route:
-    kernel = active.by_name(route.kernel)
-    return route.noted(call.precision.note(), policy.determinism_note(kernel.repeatable, call.deterministic))
+def _noted(call: Call, route: Route) -> Route:
+    return route.noted(call.precision.note(), policy.determinism_note(route.impl.repeatable, call.deterministic))
 
 
 def _account(call: Call, route: Route) -> None:
@@ -158,7 +156,7 @@ def dispatch(call: Call, route: Route, how: InGraph, layout: Layout | None):
         out = torch.ops.ffpa_patch.fused_attention(q, k, v, mask, scale, call.window, route.kernel, call.facts.mask_kernel,
                                                    call.layer.layer_idx, call.deterministic, call.precision.note() or "")
         return out, None
-    out = execute.run(kernels.active(), route, layout, q, k, v, scale, call.window, call.deterministic)
+    out = execute.run(route, layout, q, k, v, scale, call.window, call.deterministic)
     return (out if call.compiling else execute.first_order_only(out)), None
 
 

@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from .. import hf, kernels
+from ..kernels import Offer
 from ..names import Mask
 from . import execute, policy
 from .decide import DENSE_CAUSAL, Route
@@ -37,15 +38,17 @@ def _autograd_inside_op():
 
 def _forward(query, key, value, mask, scale: float, window: Optional[int], kernel: str, mask_kernel: Optional[str],
              layer_idx: int, deterministic: bool, cast_note: str, record: bool) -> torch.Tensor:
-    active = kernels.active()
-    route, layout = execute.finish(active, Route(kernel, DENSE_CAUSAL), mask, Mask.PLAIN if mask is None else Mask.TENSOR,
-                                   query.shape[0], window, layer_idx, mask_kernel)
+    active = kernels.active()  # the op's boundary carries names (strings): looked up here, once
+    chosen = active.by_name(kernel)
+    mask_offer = None if mask_kernel is None else Offer(mask_kernel, None, True, impl=active.by_name(mask_kernel))
+    route, layout = execute.finish(Route(kernel, DENSE_CAUSAL, impl=chosen), mask, Mask.PLAIN if mask is None else Mask.TENSOR,
+                                   query.shape[0], window, layer_idx, mask_offer)
     if record:
-        repeatable = active.by_name(route.kernel).repeatable if route.fused else None
+        repeatable = route.impl.repeatable if route.fused else None
         noted = route.noted(cast_note or None, policy.determinism_note(repeatable, deterministic))
-        policy.account(active.by_name(kernel).info.serves, query.shape[-1], noted, where=policy.IN_OP, layer_idx=layer_idx)
+        policy.account(chosen.info.serves, query.shape[-1], noted, where=policy.IN_OP, layer_idx=layer_idx)
     if route.fused:
-        return execute.run(active, route, layout, query, key, value, scale, window, deterministic).contiguous()
+        return execute.run(route, layout, query, key, value, scale, window, deterministic).contiguous()
     stand_in = hf.StandIn(query.shape[1], key.shape[1], layer_idx, window)
     out, _ = execute.fallback(route, stand_in, query, key, value, mask, {"dropout": 0.0, "scaling": scale, "sliding_window": window})
     return out.contiguous()

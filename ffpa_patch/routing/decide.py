@@ -36,6 +36,7 @@ class Route(NamedTuple):  # (a tuple: made several times per attention call)
     kernel: str  # a table kernel's name, or a Fallback
     reason: str
     chosen: bool = False  # the call's or the user's own choice (decode, CP, sdpa_kernel), not a missed chance
+    impl: object = None  # the table's Kernel when ``kernel`` names one: dispatch runs it without a lookup
 
     @property
     def fused(self) -> bool:
@@ -45,7 +46,7 @@ class Route(NamedTuple):  # (a tuple: made several times per attention call)
     def noted(self, *notes: str | None) -> Route:
         """The route with notes (an autocast cast, deterministic mode) added to its reason."""
         extra = "; ".join(n for n in notes if n)
-        return Route(self.kernel, f"{self.reason}; {extra}", self.chosen) if extra else self
+        return self._replace(reason=f"{self.reason}; {extra}") if extra else self
 
 
 class CallFacts(NamedTuple):
@@ -65,12 +66,18 @@ class CallFacts(NamedTuple):
     sdpa_pinned: str | None = None  # the SDPA backends a user's sdpa_kernel(...) leaves on, or None
 
     @property
-    def mask_kernel(self) -> str | None:
-        """The first kernel that takes this call with any mask (FlexAttention), or None."""
+    def mask_offer(self):
+        """The first kernel's offer that takes this call with any mask (FlexAttention), or None."""
         for offer in self.offers:
             if offer.any_mask and offer.problem is None:
-                return offer.kernel
+                return offer
         return None
+
+    @property
+    def mask_kernel(self) -> str | None:
+        """That kernel's name (what crosses the custom op's boundary), or None."""
+        offer = self.mask_offer
+        return None if offer is None else offer.kernel
 
 
 def decide(f: CallFacts) -> Route:
@@ -106,7 +113,8 @@ def decide(f: CallFacts) -> Route:
         return Route(SDPA, "q_len != kv_len (cache or chunked prefill)")
     for offer in f.offers:
         if offer.problem is None:
-            return Route(offer.kernel, TO_ANALYSE if f.mask in (Mask.TENSOR, Mask.SEQUENCE_PARALLEL) else DENSE_CAUSAL)
+            return Route(offer.kernel, TO_ANALYSE if f.mask in (Mask.TENSOR, Mask.SEQUENCE_PARALLEL) else DENSE_CAUSAL,
+                         impl=offer.impl)
     # the refusal of the first candidate on this machine (a candidate added behind it does not rewrite the
     # reasons of its layer kind; one that is not installed says so in status, and lets the next one explain)
     present = [o for o in f.offers if not o.absent] or f.offers
@@ -117,18 +125,19 @@ BLOCKS_REASON = "causal + bidirectional image blocks (in-block keys merged by lo
 SEQUENCE_PARALLEL = "Ulysses sequence parallel, whole sequence on this rank's heads"
 
 
-def refine(route: Route, shape: Shape, mask_kernel: str | None = None, merges: bool = False) -> Route:
-    """Finish a fused route once the mask's structure is known; ``mask_kernel``: the table kernel
-    that takes a mask the others cannot express (a bool 4-D mask, ``CallFacts.mask_kernel``);
+def refine(route: Route, shape: Shape, mask_offer=None, merges: bool = False) -> Route:
+    """Finish a fused route once the mask's structure is known; ``mask_offer``: the offer of the table
+    kernel that takes a mask the others cannot express (a bool 4-D mask, ``CallFacts.mask_offer``);
     ``merges``: the route's kernel takes bidirectional blocks (``Kernel.merges``)."""
     if shape == Shape.DENSE:
-        return Route(route.kernel, "dense causal (mask is plain causal)")
+        return route._replace(reason="dense causal (mask is plain causal)")
     if shape == Shape.VARLEN:
-        return Route(route.kernel, "varlen (padding/packing)")
+        return route._replace(reason="varlen (padding/packing)")
     if shape == Shape.BLOCKS and merges:
-        return Route(route.kernel, BLOCKS_REASON)
-    if mask_kernel is not None:
-        return Route(mask_kernel, "mask is not causal+padding/packing (e.g. bidirectional image blocks): BlockMask")
+        return route._replace(reason=BLOCKS_REASON)
+    if mask_offer is not None:
+        return Route(mask_offer.kernel, "mask is not causal+padding/packing (e.g. bidirectional image blocks): BlockMask",
+                     impl=mask_offer.impl)
     return Route(SDPA, "mask is not causal+padding/packing (e.g. bidirectional image blocks)")
 
 
@@ -148,13 +157,13 @@ def in_graph(route: Route, f: CallFacts, traceable: bool, any_mask: bool, op_ava
     if not route.fused:
         return InGraph.DIRECT, route
     if any_mask and f.mask == Mask.TENSOR and bool_mask:
-        return InGraph.DIRECT, Route(route.kernel, AS_GIVEN)
+        return InGraph.DIRECT, route._replace(reason=AS_GIVEN)
     if f.mask != Mask.TENSOR and traceable:
         return InGraph.DIRECT, route
     if op_available:
         return InGraph.OP, route
-    if f.mask_kernel is not None and (f.mask != Mask.TENSOR or bool_mask):
-        return InGraph.DIRECT, Route(f.mask_kernel, AS_GIVEN + " (this torch has no custom-op autograd)")
+    if f.mask_offer is not None and (f.mask != Mask.TENSOR or bool_mask):
+        return InGraph.DIRECT, Route(f.mask_kernel, AS_GIVEN + " (this torch has no custom-op autograd)", impl=f.mask_offer.impl)
     return InGraph.EAGER_REGION, route
 
 

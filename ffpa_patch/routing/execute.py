@@ -9,31 +9,30 @@ from __future__ import annotations
 import torch
 
 from .. import hf
-from ..kernels import KernelSet, blocks
+from ..kernels import blocks
 from ..kernels.layout import Layout
 from ..names import Mask, Shape
 from . import masks
 from .decide import EAGER, SEQUENCE_PARALLEL, Route, refine
 
 
-def finish(kernels: KernelSet, route: Route, mask, mask_kind: Mask, batch: int, window: int | None, layer_idx: int,
-           mask_kernel: str | None) -> tuple[Route, Layout | None]:
+def finish(route: Route, mask, mask_kind: Mask, batch: int, window: int | None, layer_idx: int,
+           mask_offer) -> tuple[Route, Layout | None]:
     """A fused route with a 4-D mask, refined once the mask's structure is read (under Ulysses SP,
     the layout read from the gathered positions)."""
     if route.fused and mask_kind == Mask.SEQUENCE_PARALLEL:
         refined = refine(route, mask.layout.kind)
-        return Route(refined.kernel, f"{SEQUENCE_PARALLEL}: {refined.reason}", refined.chosen), mask.layout
+        return refined._replace(reason=f"{SEQUENCE_PARALLEL}: {refined.reason}"), mask.layout
     if not route.fused or mask_kind != Mask.TENSOR:
         return route, None
     layout = masks.analyse(mask, batch, window, layer_idx)
-    return refine(route, layout.kind, mask_kernel if layout.allowed is not None else None,
-                  kernels.by_name(route.kernel).merges), layout
+    return refine(route, layout.kind, mask_offer if layout.allowed is not None else None, route.impl.merges), layout
 
 
-def run(kernels: KernelSet, route: Route, layout: Layout | None, query, key, value, scale: float,
+def run(route: Route, layout: Layout | None, query, key, value, scale: float,
         window: int | None, deterministic: bool) -> torch.Tensor:
-    """``[B, H, S, D]`` q/k/v (as Transformers hands them) -> ``[B, S, H, D]``."""
-    kernel = kernels.by_name(route.kernel)
+    """``[B, H, S, D]`` q/k/v (as Transformers hands them) -> ``[B, S, H, D]``, on the route's kernel."""
+    kernel = route.impl
     if kernel.block is not None:  # a kernel that takes any mask builds it from the layout itself
         return kernel.block(query, key, value, layout, scale, window)
     # [B, S, H, D]: views of Gemma 4's own storage (contiguous: no copy); a caller that made q/k/v contiguous

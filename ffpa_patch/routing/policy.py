@@ -32,9 +32,7 @@ def set_strict(on: bool) -> None:
 
 def counts_as_fused(route: Route) -> bool:
     """A table kernel whose catalog row counts it as fused (a stand-in no faster than SDPA does not)."""
-    from .. import kernels
-
-    return route.fused and kernels.active().by_name(route.kernel).info.fused
+    return route.fused and route.impl.info.fused
 
 
 def _enforce(layer: str, head_dim: int, route: Route) -> None:
