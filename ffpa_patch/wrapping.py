@@ -88,32 +88,14 @@ def wrap_attribute(owner: Any, path: str, wrapper: Callable, name: str) -> tuple
     return fw, switch, undo
 
 
-def set_attribute(owner: Any, attribute: str, value: Any) -> Undo:
-    """Replace a plain attribute (a module global, say); undo restores it exactly."""
-    own = vars(owner).get(attribute, _MISSING)
-    setattr(owner, attribute, value)
-
-    def undo() -> None:
-        if vars(owner).get(attribute, _MISSING) is not value:
-            log.warning("ffpa_patch: %s.%s changed since we set it; left as is", getattr(owner, "__name__", owner), attribute)
-            return
-        if own is _MISSING:
-            delattr(owner, attribute)
-        else:
-            setattr(owner, attribute, own)
-
-    return undo
-
-
-def set_mapping_entry(mapping: dict, key: str, value: Any, on_replaced: Callable[[], None] | None = None) -> Undo:
-    """Set ``mapping[key]`` (a class-level registry dict); undo restores or deletes it."""
+def set_mapping_entry(mapping: dict, key: str, value: Any) -> Undo:
+    """Set ``mapping[key]`` (a class-level registry dict); undo restores or deletes it, unless
+    someone replaced our value since (theirs then stays)."""
     old = mapping.get(key, _MISSING)
     mapping[key] = value
 
     def undo() -> None:
         if mapping.get(key, _MISSING) is not value:
-            if on_replaced is not None:
-                on_replaced()
             return
         if old is _MISSING:
             del mapping[key]

@@ -88,7 +88,8 @@ def one_case(case: dict, rank: int, world: int, counter: list) -> dict:
     if case.get("ckpt"):
         model.gradient_checkpointing_enable({"use_reentrant": False})
     saved = dict(hf.local_mapping())
-    kernels = reference.kernel_set(fp32=not case.get("fallback"))  # not fp32: the seam refuses it, as the GPU kernels do
+    amp = case.get("autocast", False)  # Trainer(bf16=True) over fp32 weights: q/k fp32, v bf16 reach attention
+    kernels = reference.kernel_set(fp32=not (case.get("fallback") or amp))  # not fp32: the seam refuses it, as the GPU kernels do
     try:
         UlyssesSPAttentionHF.register_with_transformers(
             model_name_or_path=model, core_attn_implementation=backend, sequence_parallel_size=world,
@@ -99,7 +100,7 @@ def one_case(case: dict, rank: int, world: int, counter: list) -> dict:
         local_mask = mask[:, shard] if mask is not None else None
         local_extra = {k: v[:, shard] for k, v in extra.items()}
         try:
-            with use(kernels):
+            with use(kernels), torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
                 logits = model(ids[:, shard], position_ids=pos[:, shard], attention_mask=local_mask, **local_extra).logits
                 local_sum = token_losses(logits, shift[:, shard])
                 total = local_sum.detach().clone()

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, NamedTuple
 
 from ..names import Backend, Fallback, Layer
-from .catalog import ALWAYS, BOTH_ROUTES, CATALOG, FA4, FFPA, FLAG, FLEX, NEVER, KernelInfo  # noqa: F401 (re-exported)
+from .catalog import ALWAYS, CATALOG, FA4, FFPA, FLAG, FLEX, NEVER, KernelInfo  # noqa: F401 (re-exported)
 
 #: what a kernel module may provide, by the contract above
 ENTRY_POINTS = ("dense", "varlen", "block", "dense_lse", "varlen_lse", "dense_bwd", "varlen_bwd")

@@ -103,12 +103,22 @@ def flag_positions(mask, position_ids: torch.Tensor, batch: int) -> torch.Tensor
         return positions.contiguous()
     if kind != Mask.TENSOR or mask.shape[-1] != mask.shape[-2] or mask.shape[-1] != positions.shape[-1]:
         return torch.full_like(positions, NOT_CAUSAL)
-    allowed = mask if mask.dtype == torch.bool else mask == 0
-    hard = mask.dtype == torch.bool or bool((allowed | (mask <= torch.finfo(mask.dtype).min)).all())
+    allowed = hard_allowed(mask)
+    if allowed is None:  # a soft bias: nothing ffpa_patch reads
+        return torch.full_like(positions, NOT_CAUSAL)
     allowed = allowed[:, 0].expand(batch, -1, -1)
     real = allowed.diagonal(dim1=-2, dim2=-1)
-    later = torch.triu(allowed, diagonal=1).flatten(1).any(-1) | (not hard)
+    later = torch.triu(allowed, diagonal=1).flatten(1).any(-1)
     return torch.where(later[:, None], NOT_CAUSAL, torch.where(real, positions, PAD)).contiguous()
+
+
+def hard_allowed(mask: torch.Tensor) -> torch.Tensor | None:
+    """A 4-D mask as bool "may attend", or None for a float mask with any value besides 0 and the
+    dtype's min (or -inf): a soft bias (ALiBi, say) must reach SDPA as given."""
+    if mask.dtype == torch.bool:
+        return mask
+    allowed = mask == 0
+    return allowed if bool((allowed | (mask <= torch.finfo(mask.dtype).min)).all()) else None
 
 
 def over_positions(positions, batch: int, seq: int, window: int | None) -> SequenceParallel:
@@ -209,14 +219,9 @@ def read(mask: torch.Tensor, batch: int, window: int | None) -> Layout:
     other = Layout(Shape.OTHER, allowed=mask if mask.dtype == torch.bool else None)
     if mask.shape[-1] != mask.shape[-2]:
         return other
-    if mask.dtype == torch.bool:
-        allowed = mask
-    else:
-        allowed = mask == 0
-        # Only 0 (attend) and the dtype's min or -inf (masked) are a hard mask; a finite bias
-        # (a soft mask, ALiBi) must reach SDPA as given.
-        if not bool((allowed | (mask <= torch.finfo(mask.dtype).min)).all()):
-            return other
+    allowed = hard_allowed(mask)
+    if allowed is None:
+        return other
     if allowed.shape[1] != 1 and not bool((allowed == allowed[:, :1]).all()):
         return other
     allowed = allowed[:, 0]
