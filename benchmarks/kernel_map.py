@@ -1,10 +1,14 @@
 """The attention kernels at every released Gemma 4 layer shape: forward and backward apart, in TF/s.
 
 Full layers (head_dim 512, causal) and sliding layers (head_dim 256, causal with the model's
-window), at B=1 over ``--seqs``, dense or varlen (``--layouts``; varlen: the same tokens as 4
-equal documents), for the kernels the routing can take (``ffpa``: ffpa-attn through ffpa_patch's
+window), at B=1 over ``--seqs``, dense, varlen or batched (``--layouts``; varlen: the same tokens as 4
+equal documents packed in one row; batched: those 4 documents as a dense B=4 batch, the same
+attention work, so varlen's distance from it is the cost of the layout, not of short documents), for the kernels the routing can take (``ffpa``: ffpa-attn through ffpa_patch's
 low-copy entry; ``fa4``: flash-attn-4) and stock's (``sdpa``: SDPA with K/V repeated, as
 Transformers 5.13+ runs full layers; with the window as a 4-D mask on sliding layers).
+
+``--sp N...`` adds the head counts one rank of DeepSpeed Ulysses sees at degree N (query heads /N,
+KV heads /N but at least 1, as DeepSpeed replicates them), over the whole sequence.
 
 FLOPs stated: a (query, key) pair the mask allows costs 4·D multiply-adds forward per query head
 (QK^T and PV) and 2.5 times that backward (dS, dQ, dK, dV and the recomputed P); causal pairs are
@@ -71,11 +75,12 @@ def kernel_fn(name: str, d: int, window, cu, max_len):
 
 
 def measure(kernel: str, hq: int, hk: int, d: int, window, n: int, layout: str, iters: int) -> dict:
-    docs = 4 if layout == "varlen" else 1
+    docs = 1 if layout == "dense" else 4
     cu = torch.arange(0, n + 1, n // docs, device="cuda", dtype=torch.int32) if layout == "varlen" else None
     fn = kernel_fn(kernel, d, window, cu, n // docs)
-    q, k, v = (torch.randn(1, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (hq, hk, hk))
-    g = torch.randn(1, n, hq, d, device="cuda", dtype=torch.bfloat16)
+    b, s = (docs, n // docs) if layout == "batched" else (1, n)
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (hq, hk, hk))
+    g = torch.randn(b, s, hq, d, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
         fwd = cuda_ms(lambda: fn(q, k, v), warmup=2, iters=iters)
     out = fn(q, k, v)
@@ -90,7 +95,8 @@ def main():
     ap.add_argument("--seqs", type=int, nargs="+", default=[2048, 4096, 8192, 16384, 32768])
     ap.add_argument("--models", nargs="+", default=list(FULL))
     ap.add_argument("--layers", nargs="+", default=["full", "sliding"], choices=["full", "sliding"])
-    ap.add_argument("--layouts", nargs="+", default=["dense", "varlen"], choices=["dense", "varlen"])
+    ap.add_argument("--layouts", nargs="+", default=["dense", "varlen"], choices=["dense", "varlen", "batched"])
+    ap.add_argument("--sp", type=int, nargs="+", default=[1], help="Ulysses degrees whose per-rank head counts to add")
     ap.add_argument("--kernels", nargs="+", default=["ffpa", "fa4", "sdpa"])
     ap.add_argument("--sdpa-max", type=int, default=16384, help="longest length stock SDPA is timed at")
     ap.add_argument("--iters", type=int, default=5)
@@ -98,12 +104,15 @@ def main():
     a = ap.parse_args()
     peak = matmul_peak()
     print(f"bf16 GEMM 8192^3: {peak:.0f} TF/s", flush=True)
-    rows = []
+    rows, env = [], env_info()
     for layer in a.layers:
         for model in a.models:
-            hq, hk, window = (*FULL[model], None) if layer == "full" else SLIDING[model]
+            hq_model, hk_model, window = (*FULL[model], None) if layer == "full" else SLIDING[model]
             d = 512 if layer == "full" else 256
-            for kernel in a.kernels:
+            for sp, kernel in ((sp, kernel) for sp in a.sp for kernel in a.kernels):
+                if hq_model % sp:
+                    continue
+                hq, hk = hq_model // sp, max(hk_model // sp, 1)
                 if (kernel == "ffpa") != (layer == "full") and kernel != "sdpa":
                     continue
                 for layout in a.layouts:
@@ -111,16 +120,16 @@ def main():
                         if kernel == "sdpa" and n > a.sdpa_max:
                             continue
                         try:
-                            row = dict(model=model, layer=layer, **measure(kernel, hq, hk, d, window, n, layout, a.iters))
+                            row = dict(model=model, layer=layer, sp=sp, **measure(kernel, hq, hk, d, window, n, layout, a.iters))
                         except Exception as exc:  # out of memory, or a kernel that refuses the shape
-                            row = dict(model=model, layer=layer, kernel=kernel, n=n, layout=layout, error=f"{type(exc).__name__}: {exc}"[:300])
+                            row = dict(model=model, layer=layer, sp=sp, kernel=kernel, n=n, layout=layout, error=f"{type(exc).__name__}: {exc}"[:300])
                         row["fwd_pct_peak"] = 100 * row["fwd_tflops"] / peak if "fwd_tflops" in row else None
                         row["bwd_pct_peak"] = 100 * row["bwd_tflops"] / peak if "bwd_tflops" in row else None
                         rows.append(row)
                         print({k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
                         torch.cuda.empty_cache()
-    write(a.out, {"env": env_info(), "matmul_peak_tflops": peak, "rows": rows,
-                  "command": "python benchmarks/kernel_map.py " + " ".join(sys.argv[1:])})
+                        write(a.out, {"env": env, "matmul_peak_tflops": peak, "rows": rows,  # as it goes: a timeout keeps the rows
+                                      "command": "python benchmarks/kernel_map.py " + " ".join(sys.argv[1:])})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The driver of benchmarks/results/2026-12-07-*-c's GPU runs: bash benchmarks/run/gpu_2026-12-07c.sh PART...
+# with OUT set to a folder and COMMIT to the commit under test, from the repository root, on a GPU machine
+# (.gpu/activate.sh puts ffpa-attn and flash-attn-4 4.0.0b36 on the path).
+#   A   every GPU test (the catalog-built kernel table, the BSHD-contiguous dense inputs)
+#   MD  the kernel map, dense rows: every released shape, 2k-32k, FFPA / flash-attn-4, stock SDPA to 8k
+#   ML  the kernel map, packed rows: varlen against the same documents as a dense batch, 2k-32k
+#   MS  the kernel map at the head counts one Ulysses rank sees (sp 2, 4, 8), 8k-32k, dense
+#   C   cuDNN frontend 1.31's sm90 head_dim-512 forward against FFPA's, and FFPA's backward from its out/LSE
+#       (needs .whl-cudnn, a trimmed extract of the wheel, carried beside .gpu)
+set -u
+[ -f .gpu/activate.sh ] && source .gpu/activate.sh
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a $OUT/session.log; }
+if [ ! -f $OUT/manifest.json ]; then
+  python - <<PY > $OUT/manifest.json
+import json, subprocess, sys
+sys.path.insert(0, ".")
+from benchmarks.common import env_info
+gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,power.limit,driver_version", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip()
+print(json.dumps({"commit": "${COMMIT:-unknown}", "gpu": gpu, "env": env_info(), "driver": "benchmarks/run/gpu_2026-12-07c.sh"}, indent=1))
+PY
+fi
+map() {  # NAME TIMEOUT ARGS...: one kernel_map.py run, its rows as they come in $OUT/kernel_map_NAME.{json,log}
+  local name=$1 limit=$2; shift 2
+  stamp "kernel map $name"
+  timeout $limit python benchmarks/kernel_map.py "$@" --out $OUT/kernel_map_$name.json 2>&1 | grep "^{\|GEMM\|Error" > $OUT/kernel_map_$name.log
+  stamp "kernel map $name: $(grep -c '^{' $OUT/kernel_map_$name.log) rows, $(grep -c "'error'" $OUT/kernel_map_$name.log) errors"
+}
+for part in "$@"; do case "$part" in
+A)
+  stamp "all gpu tests"
+  timeout ${TESTS_S:-420} python -m pytest -m gpu -q -p no:cacheprovider --durations=12 tests/gpu 2>&1 | tail -60 > $OUT/gpu-tests-all.log
+  stamp "done: $(tail -1 $OUT/gpu-tests-all.log)"
+  ;;
+MD) map dense ${MAP_S:-300} --layouts dense --sdpa-max 8192 --seqs 2048 4096 8192 16384 32768 ;;
+ML) map packed ${MAP_S:-300} --layouts varlen batched --kernels ffpa fa4 --seqs 2048 4096 8192 16384 32768 ;;
+MS) map sp ${MAP_S:-200} --layouts dense --kernels ffpa fa4 --sp 2 4 8 --models 31B 26B-A4B 12B --seqs 8192 16384 32768 ;;
+C)
+  stamp "cudnn sm90 d512 forward"
+  PYTHONPATH=$PWD/.whl-cudnn:$PYTHONPATH timeout ${CUDNN_S:-240} python benchmarks/probes/cudnn_d512_forward.py \
+    --out $OUT/cudnn_d512_forward.json > $OUT/cudnn_d512_forward.log 2>&1
+  stamp "cudnn done: $(tail -2 $OUT/cudnn_d512_forward.log | tr '\n' ' ' | cut -c1-300)"
+  ;;
+esac; done
