@@ -6,6 +6,8 @@
 #   MD  the kernel map, dense rows: every released shape, 2k-32k, FFPA / flash-attn-4, stock SDPA to 8k
 #   ML  the kernel map, packed rows: varlen against the same documents as a dense batch, 2k-32k
 #   MS  the kernel map at the head counts one Ulysses rank sees (sp 2, 4, 8), 8k-32k, dense
+#   A40 the GPU tests that run flash-attn-4, on 4.0.0b40 (what `pip install ffpa-patch[fa4]` resolves to today;
+#       the bundle's is b36): its wheel in .whl-extra, carried beside .gpu
 #   C   cuDNN frontend 1.31's sm90 head_dim-512 forward against FFPA's, and FFPA's backward from its out/LSE
 #       (needs .whl-cudnn, a trimmed extract of the wheel, carried beside .gpu)
 set -u
@@ -34,6 +36,14 @@ A)
   stamp "all gpu tests"
   timeout ${TESTS_S:-420} python -m pytest -m gpu -q -p no:cacheprovider --durations=12 tests/gpu 2>&1 | tail -60 > $OUT/gpu-tests-all.log
   stamp "done: $(tail -1 $OUT/gpu-tests-all.log)"
+  ;;
+A40)
+  stamp "flash-attn-4 b40 gpu tests"
+  rm -rf /tmp/fa4-b40 && python3 -m zipfile -e .whl-extra/flash_attn_4-4.0.0b40-py3-none-any.whl /tmp/fa4-b40
+  PYTHONPATH=/tmp/fa4-b40:$PYTHONPATH python -c "import importlib.metadata as m, flash_attn.cute as f; print('flash-attn-4', m.version('flash-attn-4'), f.__file__)" > $OUT/gpu-tests-fa4-b40.log 2>&1
+  PYTHONPATH=/tmp/fa4-b40:$PYTHONPATH timeout ${TESTS_S:-240} python -m pytest -m gpu -q -p no:cacheprovider --durations=5 tests/gpu \
+    -k "fa4 or tiny_gemma4_on_real or image_blocks or autocast or vision" 2>&1 | tail -30 >> $OUT/gpu-tests-fa4-b40.log
+  stamp "done: $(tail -1 $OUT/gpu-tests-fa4-b40.log)"
   ;;
 MD) map dense ${MAP_S:-300} --layouts dense --sdpa-max 8192 --seqs 2048 4096 8192 16384 32768 ;;
 ML) map packed ${MAP_S:-300} --layouts varlen batched --kernels ffpa fa4 --seqs 2048 4096 8192 16384 32768 ;;
