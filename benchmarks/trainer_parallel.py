@@ -1,19 +1,23 @@
-"""Gemma 4 at full depth under DeepSpeed Ulysses sequence parallelism, trained by the Trainer as a user
-runs it: ``ParallelismConfig(sp_backend="deepspeed")``, one packed sequence of ``--seq`` tokens per step
-shared by ``--sp`` ranks, bf16 weights, gradient checkpointing, LoRA (PEFT r=16 on q/k/v/o) or full
-fine-tuning. Launch every rank through ``ffpa-patch run`` (what the README says users do):
+"""Gemma 4 at full depth on several GPUs, trained by the Trainer as a user runs it, one packed sequence of
+``--seq`` tokens per step and rank group, bf16 weights, gradient checkpointing, LoRA (PEFT r=16 on q/k/v/o)
+or full fine-tuning; ``--parallel``:
+- ``ulysses``: DeepSpeed Ulysses sequence parallelism through ``ParallelismConfig(sp_backend="deepspeed")``,
+  ``--sp`` ranks sharing each sequence (ZeRO-3 for full fine-tuning);
+- ``fsdp2``: the Trainer's FSDP2 (``fsdp_version 2``, full shard, one sequence per rank);
+- ``none``: one process, the reference a loss is compared against.
+Launch every rank through ``ffpa-patch run`` (what the README says users do):
 
-    ffpa-patch run -- torchrun --nproc-per-node 8 benchmarks/ulysses_trainer.py --model 31b --seq 65536 \\
-        --sp 8 --vocab 32768 --steps 30 --out benchmarks/results/<run>/ulysses_trainer.json
+    ffpa-patch run -- torchrun --nproc-per-node 8 benchmarks/trainer_parallel.py --parallel ulysses \\
+        --model 31b --seq 65536 --sp 8 --vocab 32768 --steps 30 --out benchmarks/results/<run>/trainer_parallel.json
 
-``--backend sdpa-stock`` reverts ffpa_patch first: DeepSpeed then registers Gemma 4 on its own, which
-fails (it reads one head_dim per model), and the failure is the row. Rank 0 appends one row: tokens/s
-per GPU (steps after the first two), each step's time, the peak memory of every rank, the loss of every
+``--backend sdpa-stock`` reverts ffpa_patch first (under ``ulysses`` DeepSpeed then registers Gemma 4 on
+its own, which fails: it reads one head_dim per model; the failure is the row). Rank 0 appends one row: tokens/s
+per GPU (steps after the first two; ulysses: the sequence over its ``--sp`` GPUs), each step's time, the peak memory of every rank, the loss of every
 step, and the routes the ranks took. ``--tiny`` runs a CPU-sized model on gloo ranks (the script's
 own check, no GPU needed):
 
-    ffpa-patch run -- torchrun --nproc-per-node 2 benchmarks/ulysses_trainer.py --tiny --seq 256 --sp 2 \\
-        --steps 3 --out /tmp/ulysses_trainer.json
+    ffpa-patch run -- torchrun --nproc-per-node 2 benchmarks/trainer_parallel.py --tiny --seq 256 --sp 2 \\
+        --steps 3 --out /tmp/trainer_parallel.json
 """
 from __future__ import annotations
 
@@ -92,6 +96,7 @@ def build(a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--parallel", choices=["ulysses", "fsdp2", "none"], default="ulysses")
     ap.add_argument("--model", default="31b")
     ap.add_argument("--seq", type=int, default=65536)
     ap.add_argument("--sp", type=int, default=8)
@@ -115,36 +120,48 @@ def main():
     from ffpa_patch.routing import stats
 
     gpu = torch.cuda.is_available() and not a.tiny
-    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
-    if not gpu:
+    if a.parallel == "ulysses":
+        os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+    if not gpu and a.parallel == "ulysses":
         PartialState(backend="gloo")  # the Trainer's DeepSpeed branch names no backend: on a CPU it would run 1 process
-    row = {"model": a.model, "seq": a.seq, "sp": a.sp, "recipe": a.recipe, "backend": a.backend, "vocab": a.vocab,
-           "layers": a.layers, "tiny": a.tiny, "command": "python benchmarks/ulysses_trainer.py " + " ".join(sys.argv[1:])}
+    row = {"parallel": a.parallel, "model": a.model, "seq": a.seq, "sp": a.sp, "recipe": a.recipe, "backend": a.backend, "vocab": a.vocab,
+           "layers": a.layers, "tiny": a.tiny, "command": "python benchmarks/trainer_parallel.py " + " ".join(sys.argv[1:])}
     clock = Clock()
     try:
         model = build(a)
+        if a.parallel == "ulysses":
+            parallel = dict(
+                parallelism_config=ParallelismConfig(sp_backend="deepspeed", sp_size=a.sp, sp_handler=DeepSpeedSequenceParallelConfig(
+                    sp_seq_length=a.seq, sp_attn_implementation="sdpa")),
+                deepspeed={"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                           "gradient_clipping": "auto", "zero_optimization": {"stage": 3 if a.recipe == "full" else 0},
+                           "bf16": {"enabled": "auto"}})
+        elif a.parallel == "fsdp2":
+            layer = type(model.get_decoder().layers[0]).__name__
+            parallel = dict(fsdp="full_shard auto_wrap", fsdp_config={"fsdp_version": 2, "transformer_layer_cls_to_wrap": [layer]})
+        else:
+            parallel = {}
         args = TrainingArguments(
-            output_dir=os.environ.get("OUT_DIR", "/tmp/ffpa_ulysses_trainer"), per_device_train_batch_size=1,
+            output_dir=os.environ.get("OUT_DIR", "/tmp/ffpa_trainer_parallel"), per_device_train_batch_size=1,
             max_steps=a.steps, learning_rate=1e-4 if a.recipe == "lora" else 1e-5, lr_scheduler_type="constant",
             logging_steps=1, save_strategy="no", report_to="none", bf16=gpu, gradient_checkpointing=True,
-            gradient_checkpointing_kwargs={"use_reentrant": False}, ddp_backend=None if gpu else "gloo",
-            parallelism_config=ParallelismConfig(sp_backend="deepspeed", sp_size=a.sp, sp_handler=DeepSpeedSequenceParallelConfig(
-                sp_seq_length=a.seq, sp_attn_implementation="sdpa")),
-            deepspeed={"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-                       "gradient_clipping": "auto", "zero_optimization": {"stage": 3 if a.recipe == "full" else 0},
-                       "bf16": {"enabled": "auto"}},
-            accelerator_config={"use_configured_state": True} if not gpu else None)
-        data = documents(a.seq, model.config.vocab_size if hasattr(model, "config") else a.vocab, a.steps)
+            gradient_checkpointing_kwargs={"use_reentrant": False}, ddp_backend=None if gpu or a.parallel == "none" else "gloo",
+            use_cpu=not gpu and a.parallel == "fsdp2",
+            accelerator_config={"use_configured_state": True} if not gpu and a.parallel == "ulysses" else None, **parallel)
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        data = documents(a.seq, model.config.vocab_size, a.steps * world)  # fsdp2: one sequence per rank and step
         trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[clock])
         if gpu:
             torch.cuda.reset_peak_memory_stats()
         trainer.train()
         losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
         timed = clock.times[2:] or clock.times
-        row.update(losses=losses, step_s=clock.times, tokens_per_s_per_gpu=a.seq / (sum(timed) / len(timed)) / a.sp,
+        row.update(losses=losses, step_s=clock.times, tokens_per_s_per_gpu=a.seq / (sum(timed) / len(timed)) / (a.sp if a.parallel == "ulysses" else 1),
                    routes=sorted({(r["layer"], r["kernel"], r["reason"]) for r in stats.snapshot()}),
                    peak_gib=torch.cuda.max_memory_allocated() / 2**30 if gpu else None)
     except Exception as exc:  # noqa: BLE001 - a failed recipe is a row (stock cannot register Gemma 4 at all)
+        if os.environ.get("TRAINER_PARALLEL_RAISE"):
+            raise
         row["error"] = f"{type(exc).__name__}: {exc}"[:500]
     rows = [None] * dist.get_world_size() if dist.is_initialized() else [row]
     if dist.is_initialized():
