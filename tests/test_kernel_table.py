@@ -110,3 +110,16 @@ def test_the_extras_and_the_ranges_come_from_the_rows():
 
     assert catalog.extras() == {"ffpa": ["ffpa-attn>=0.2.4,<0.3"], "fa4": ["flash-attn-4>=4.0.0b36"]}
     assert all(versions.SUPPORTED[info.package] == info.versions for info in CATALOG if info.package != "torch")
+
+
+def test_ffpa_gets_a_copy_of_v_only_when_it_shares_ks_storage():
+    """ffpa-attn's sm90 head_dim-512 forward asserts on k and v at one address (tests/gpu runs the real
+    kernel with one tensor as both); the entries hand it a copy of v then, and v itself otherwise."""
+    from ffpa_patch.kernels.ffpa import _unaliased
+
+    k = torch.randn(1, 8, 1, 4)
+    v = torch.randn(1, 8, 1, 4)
+    assert _unaliased(k, v) is v
+    for alias in (k, k.view(1, 8, 4)[:, :, None]):
+        copy = _unaliased(k, alias)
+        assert copy.data_ptr() != k.data_ptr() and torch.equal(copy, alias)

@@ -8,6 +8,10 @@
 #   MS  the kernel map at the head counts one Ulysses rank sees (sp 2, 4, 8), 8k-32k, dense
 #   A40 the GPU tests that run flash-attn-4, on 4.0.0b40 (what `pip install ffpa-patch[fa4]` resolves to today;
 #       the bundle's is b36): its wheel in .whl-extra, carried beside .gpu
+#   TK  the GPU tests of k and v sharing storage (ffpa-attn asserts on it), the first FFPA call of a process,
+#       and the entries the copy guard touched (compile, LSE entries, image blocks)
+#   IFD image batches at full depth with pixels through the vision tower (31B, LoRA, checkpointing, 8k,
+#       4 images of 280 tokens), stock against "ffpa" (peft from .whl-extra)
 #   C   cuDNN frontend 1.31's sm90 head_dim-512 forward against FFPA's, and FFPA's backward from its out/LSE
 #       (needs .whl-cudnn, a trimmed extract of the wheel, carried beside .gpu)
 set -u
@@ -31,7 +35,25 @@ map() {  # NAME TIMEOUT ARGS...: one kernel_map.py run, its rows as they come in
   timeout $limit python benchmarks/kernel_map.py "$@" --out $OUT/kernel_map_$name.json 2>&1 | grep "^{\|GEMM\|Error" > $OUT/kernel_map_$name.log
   stamp "kernel map $name: $(grep -c '^{' $OUT/kernel_map_$name.log) rows, $(grep -c "'error'" $OUT/kernel_map_$name.log) errors"
 }
+images() {  # limit args...: one image-batch row, one process
+  local limit=$1; shift
+  stamp "images $*"
+  timeout $limit python benchmarks/images.py --append --out $OUT/images.json "$@" 2>&1 | grep "^{" | cut -c1-600 >> $OUT/images.log \
+    || echo "   (no row: $* exited or timed out after ${limit}s)" >> $OUT/images.log
+}
 for part in "$@"; do case "$part" in
+TK)
+  stamp "gpu tests: shared k/v storage, first call, the guarded entries"
+  timeout ${TESTS_S:-150} python -m pytest -m gpu -q -p no:cacheprovider --durations=5 tests/gpu \
+    -k "share_storage or first_call or compiles_fullgraph or lse_entry or image_blocks_on" 2>&1 | tail -30 > $OUT/gpu-tests-kv.log
+  stamp "done: $(tail -1 $OUT/gpu-tests-kv.log)"
+  ;;
+IFD)
+  [ -d /tmp/extra ] || python3 -m pip install -q --no-deps --target /tmp/extra .whl-extra/peft-*.whl > /dev/null 2>&1
+  for b in ${IMAGE_BACKENDS:-ffpa sdpa-stock}; do
+    PYTHONPATH=/tmp/extra:$PYTHONPATH images ${IMAGE_S:-170} --model 31b --layers 60 --vocab 32768 --lora --ckpt --pixels --steps 5 --backend $b
+  done
+  ;;
 A)
   stamp "all gpu tests"
   timeout ${TESTS_S:-420} python -m pytest -m gpu -q -p no:cacheprovider --durations=12 tests/gpu 2>&1 | tail -60 > $OUT/gpu-tests-all.log

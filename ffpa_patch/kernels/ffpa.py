@@ -42,6 +42,16 @@ def _need_ops() -> None:
         raise RuntimeError(f"ffpa_patch: the FFPA kernels cannot run: {import_error()}")
 
 
+def _unaliased(k, v):
+    """``v``, or a copy of it when it shares ``k``'s storage: ffpa-attn reads a shared start address as
+    its "kv_same" variant, which its sm90 head_dim-512 forward asserts against (found on an H100 with
+    ``dense(q, k, k, ...)``). Gemma 4 hands over distinct tensors; the copy is for other callers. Under
+    torch.compile only ``k is v`` can be asked (no addresses while tracing)."""
+    if k is v or (not torch.compiler.is_compiling() and k.data_ptr() == v.data_ptr()):
+        return v.clone()
+    return v
+
+
 class FFPADense(torch.autograd.Function):
     """Causal (bottom-right) FFPA over ``[B, S, H, D]`` tensors, saving views only."""
 
@@ -64,7 +74,7 @@ def dense(q, k, v, scale: float, window: int | None = None, deterministic: bool 
     repeatable with or without ``deterministic`` (tests/gpu checks it bit for bit)."""
     assert window is None, "FFPA serves full-attention layers only"
     _need_ops()
-    return FFPADense.apply(q, k, v, scale)
+    return FFPADense.apply(q, k, _unaliased(k, v), scale)
 
 
 def varlen(q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int | None = None, deterministic: bool = False):
@@ -72,7 +82,7 @@ def varlen(q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int | Non
 
     assert window is None, "FFPA serves full-attention layers only"
     return ffpa_attn_varlen_func(
-        q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+        q, k, _unaliased(k, v), cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
         causal=True, enable_gqa=q.shape[-2] != k.shape[-2], softmax_scale=scale,
     )
 
@@ -83,7 +93,7 @@ def dense_lse(q, k, v, scale: float, window: int | None = None):
     assert window is None, "FFPA serves full-attention layers only"
     _need_ops()
     with torch.no_grad():
-        return torch.ops.ffpa_attn._fwd_cute(q, k, v, scale, 1, 1)  # out [B, S, H, D], lse [B, H, S]
+        return torch.ops.ffpa_attn._fwd_cute(q, k, _unaliased(k, v), scale, 1, 1)  # out [B, S, H, D], lse [B, H, S]
 
 
 def dense_bwd(dout, q, k, v, out, lse, scale: float, window: int | None = None, deterministic: bool = False):
@@ -100,7 +110,7 @@ def varlen_lse(q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int |
     assert window is None, "FFPA serves full-attention layers only"
     _need_ops()
     with torch.no_grad():
-        return torch.ops.ffpa_attn._varlen_fwd_cute(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, scale, True,
+        return torch.ops.ffpa_attn._varlen_fwd_cute(q, k, _unaliased(k, v), cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, scale, True,
                                                     _no_window(), _no_window(), 0.0, q.shape[-2] != k.shape[-2])
 
 
