@@ -70,8 +70,13 @@ def build(model: str, layers: int, attn: str, tiny: bool = False, vocab: int = 4
         cls = Gemma4ForConditionalGeneration
     cfg._attn_implementation = attn
     torch.manual_seed(0)
-    with torch.device(DEVICE):
-        model = cls(cfg).to(torch.bfloat16)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # built in bf16: the 31B at full depth does not fit 80 GB in fp32
+    try:
+        with torch.device(DEVICE):
+            model = cls(cfg).to(torch.bfloat16)
+    finally:
+        torch.set_default_dtype(default)
     model.set_attn_implementation(attn)
     return model
 
