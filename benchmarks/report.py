@@ -489,7 +489,86 @@ def report_2026_12_07(results):
               + "\n".join(lines) + "\n")
 
 
+def kernel_map_table(rows, layout="dense") -> str:
+    """kernel_map.py: fwd / bwd TF/s per model, layer kind and kernel, one column per length."""
+    seqs = sorted({r["n"] for r in rows if "fwd_tflops" in r})
+    out = ["| model | layer | kernel | layout | heads (q/kv) | " + " | ".join(f"{n // 1024}k" for n in seqs) + " |",
+           "|---|---|---|---|---|" + "---|" * len(seqs)]
+    keys = sorted({(r["model"], r["layer"], r["kernel"], r["layout"], r["hq"], r["hkv"]) for r in rows if "fwd_tflops" in r},
+                  key=lambda k: (k[1], -k[4], k[0], k[2], k[3]))
+    for key in keys:
+        if layout and key[3] not in (layout if isinstance(layout, tuple) else (layout,)):
+            continue
+        cells = {r["n"]: f"{r['fwd_tflops']:.0f} / {r['bwd_tflops']:.0f}" for r in rows
+                 if "fwd_tflops" in r and (r["model"], r["layer"], r["kernel"], r["layout"], r["hq"], r["hkv"]) == key}
+        out.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]}/{key[5]} | "
+                   + " | ".join(cells.get(n, "") for n in seqs) + " |")
+    return "\n".join(out)
+
+
+def kernel_map_plot(rows, path, peak):
+    """Backward and forward TF/s against length: FFPA (full layers) and flash-attn-4 (sliding), dense."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for ax, (layer, kernel) in zip(axes, (("full", "ffpa"), ("sliding", "fa4"))):
+        models = [m for m in ("31B", "26B-A4B", "12B", "E4B", "E2B")]
+        for i, model in enumerate(models):
+            for pass_, style in (("fwd", "--"), ("bwd", "-")):
+                rs = sorted((r for r in rows if r.get("sp", 1) == 1 and r["layout"] == "dense" and r["model"] == model
+                             and r["layer"] == layer and r["kernel"] == kernel and "fwd_tflops" in r), key=lambda r: r["n"])
+                ax.plot([r["n"] for r in rs], [r[f"{pass_}_tflops"] for r in rs], style, color=f"C{i}", marker="o", ms=3,
+                        label=f"{model} {pass_}")
+        ax.axhline(peak, color="grey", lw=0.8)
+        ax.text(2048, peak * 0.95, f"bf16 GEMM {peak:.0f}", fontsize=7, va="top")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens (B=1)")
+        ax.set_title(f"{layer} layers: {'FFPA, head_dim 512' if kernel == 'ffpa' else 'flash-attn-4, head_dim 256'}", fontsize=9)
+    axes[0].set_ylabel("TF/s")
+    axes[1].legend(fontsize=6, ncol=2)
+    fig.suptitle("attention kernels at the released Gemma 4 shapes, one H100 (dashed: forward, solid: backward)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def attention_share_table(rows) -> str:
+    out = ["| model | tokens | attention s (full fwd x2 / bwd, sliding fwd x2 / bwd) | step s | attention share | measured attention s "
+           "| 1.5x faster full bwd |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['model']} | {r['n'] // 1024}k | {r['attention_s']:.2f} ({r['full_fwd_s']:.2f} / {r['full_bwd_s']:.2f}, "
+                   f"{r['sliding_fwd_s']:.2f} / {r['sliding_bwd_s']:.2f}) | {r['step_s']:.2f} | {100 * r['attention_share']:.0f}% "
+                   f"| {r.get('measured_attention_s', float('nan')):.2f} | +{100 * r['gain_bwd1.5x']:.1f}% |")
+    return "\n".join(out).replace("| nan |", "| - |")
+
+
+def report_2026_12_07c(results):
+    """The kernel map (issue: kernels, item 2), the attention share, cuDNN's sm90 forward; one H100."""
+    folder = os.path.join(results, "2026-12-07-h100-c")
+    dense, packed, sp = (load(folder, f"kernel_map_{n}.json") for n in ("dense", "packed", "sp"))
+    if dense:
+        print("### 2026-12-07-h100-c/kernel_map_dense.json (fwd / bwd TF/s)\n\n" + kernel_map_table(dense["rows"]) + "\n")
+        kernel_map_plot(dense["rows"], os.path.join(folder, "kernel_map.png"), dense["matmul_peak_tflops"])
+    if packed:
+        print("### 2026-12-07-h100-c/kernel_map_packed.json (4 equal documents: varlen, and as a dense batch of 4)\n\n"
+              + kernel_map_table(packed["rows"], layout=("varlen", "batched")) + "\n")
+    if sp:
+        print("### 2026-12-07-h100-c/kernel_map_sp.json (one Ulysses rank's heads)\n\n" + kernel_map_table(sp["rows"]) + "\n")
+    share = load(folder, "attention_share.json")
+    if share:
+        print("### 2026-12-07-h100-c/attention_share.json\n\n" + attention_share_table(share["rows"]) + "\n")
+    cudnn = load(folder, "cudnn_d512_forward.json")
+    if cudnn:
+        lines = ["| heads (q/kv) | tokens | FFPA fwd TF/s | cuDNN sm90 fwd TF/s |", "|---|---|---|---|"]
+        lines += [f"| {r['hq']}/{r['hkv']} | {r['s'] // 1024}k | {r['ffpa_tflops']:.0f} | {r.get('cudnn_tflops', float('nan')):.0f} |"
+                  for r in cudnn["rows"]]
+        print("### 2026-12-07-h100-c/cudnn_d512_forward.json\n\n" + "\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
     main()
     report_full(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results")
     report_2026_12_07(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results")
+    report_2026_12_07c(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results")
