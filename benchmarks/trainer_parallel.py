@@ -81,6 +81,7 @@ def build(a):
 
     if a.backend == "sdpa-stock":
         ffpa_patch.revert()
+    torch.manual_seed(0)  # every rank, and the one-process reference, start from the same weights
     config = text_config(a.model, vocab=a.vocab, layers=a.layers, tiny=a.tiny)
     config.use_cache = False
     config._attn_implementation = "sdpa"  # accelerate's Ulysses accepts only sdpa / flash / hub kernels
@@ -105,6 +106,9 @@ def main():
     ap.add_argument("--backend", choices=["ffpa", "sdpa-stock"], default="ffpa")
     ap.add_argument("--vocab", type=int)
     ap.add_argument("--layers", type=int)
+    ap.add_argument("--same-batch", action="store_true",
+                    help="one packed sequence for every step: the losses then compare step by step with --parallel none "
+                         "(Ulysses hands the ranks' samples round in turn, so the order of different batches differs)")
     ap.add_argument("--tiny", action="store_true", help="a CPU-sized model on gloo ranks: the script's own check")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -125,7 +129,7 @@ def main():
     if not gpu and a.parallel == "ulysses":
         PartialState(backend="gloo")  # the Trainer's DeepSpeed branch names no backend: on a CPU it would run 1 process
     row = {"parallel": a.parallel, "model": a.model, "seq": a.seq, "sp": a.sp, "recipe": a.recipe, "backend": a.backend, "vocab": a.vocab,
-           "layers": a.layers, "tiny": a.tiny, "command": "python benchmarks/trainer_parallel.py " + " ".join(sys.argv[1:])}
+           "layers": a.layers, "tiny": a.tiny, "same_batch": a.same_batch, "command": "python benchmarks/trainer_parallel.py " + " ".join(sys.argv[1:])}
     clock = Clock()
     try:
         model = build(a)
@@ -149,7 +153,8 @@ def main():
             use_cpu=not gpu and a.parallel == "fsdp2",
             accelerator_config={"use_configured_state": True} if not gpu and a.parallel == "ulysses" else None, **parallel)
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        data = documents(a.seq, model.config.vocab_size, a.steps * world)  # fsdp2: one sequence per rank and step
+        data = documents(a.seq, model.config.vocab_size, 1 if a.same_batch else a.steps * world)  # fsdp2: one per rank and step
+        data = data * (a.steps * world) if a.same_batch else data
         trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[clock])
         if gpu:
             torch.cuda.reset_peak_memory_stats()

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The multi-GPU runs (issue: multi-GPU runs), for a host with 8 GPUs: bash benchmarks/run/multi_gpu.sh PART...
+# with OUT set to a folder and COMMIT to the commit under test, from the repository root. Not yet run: no
+# multi-GPU machine has been lent. Every rank goes through `ffpa-patch run`, as the README tells users.
+# Needs, beside .gpu (ffpa-attn, flash-attn-4): DeepSpeed 0.19.x, accelerate >= 1.16 and peft in .whl-extra
+#   pip download --no-deps deepspeed==0.19.8 accelerate==1.16.0 peft==0.21.2 -d .whl-extra   (carry .whl-extra)
+# Each part appends rows to $OUT/trainer_parallel.json (benchmarks/trainer_parallel.py: tokens/s/GPU, peak
+# memory of every rank, every step's loss and time, the routes taken).
+#   U   Ulysses SP, the headline: 31B at full depth, LoRA, 32k / 64k / 128k at sp 8, and 32k / 64k at sp 4;
+#       stock DeepSpeed + SDPA once (its registration of Gemma 4 fails: the row records the error)
+#   UF  Ulysses SP, full fine-tuning (ZeRO-3), 31B at 32k and 64k, sp 8
+#   UL  the loss over 30 steps of one packed 16k sequence: one GPU against Ulysses sp 8 (same weights, same batch)
+#   F   FSDP2 + checkpointing, 8 GPUs, 31B full fine-tuning at 8k: stock SDPA against ffpa_patch
+set -u
+[ -f .gpu/activate.sh ] && source .gpu/activate.sh
+if [ ! -d /tmp/extra ] && ls .whl-extra/*.whl .whl-extra/*.tar.gz > /dev/null 2>&1; then
+  DS_BUILD_OPS=0 python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/extra .whl-extra/* > $OUT/pip.log 2>&1
+fi
+export PYTHONPATH=/tmp/extra:$PWD:${PYTHONPATH:-} PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True DS_BUILD_OPS=0
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a $OUT/session.log; }
+if [ ! -f $OUT/manifest.json ]; then
+  python - <<PY > $OUT/manifest.json
+import json, subprocess, sys
+sys.path.insert(0, ".")
+from benchmarks.common import env_info
+gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"], capture_output=True, text=True).stdout
+print(json.dumps({"commit": "${COMMIT:-unknown}", "gpus": gpu.strip().splitlines(), "env": env_info(),
+                  "driver": "benchmarks/run/multi_gpu.sh"}, indent=1))
+PY
+fi
+train() {  # LIMIT NPROC ARGS...: one trainer_parallel.py run over NPROC ranks
+  local limit=$1 n=$2; shift 2
+  stamp "trainer_parallel $n ranks: $*"
+  if [ "$n" = 1 ]; then launch="python"; else launch="python -m torch.distributed.run --standalone --nproc-per-node $n"; fi
+  timeout $limit ffpa-patch run -- $launch benchmarks/trainer_parallel.py --model 31b --vocab 32768 --out $OUT/trainer_parallel.json "$@" \
+    > $OUT/last_run.log 2>&1 || echo "   exited $? (tail: $(tail -3 $OUT/last_run.log | tr '\n' ' ' | cut -c1-300))" | tee -a $OUT/session.log
+}
+for part in "$@"; do case "$part" in
+U)
+  train 300 8 --parallel ulysses --sp 8 --seq 32768 --steps 3 --backend sdpa-stock
+  for seq in 32768 65536 131072; do train 1200 8 --parallel ulysses --sp 8 --seq $seq --steps 30; done
+  for seq in 32768 65536; do train 1200 4 --parallel ulysses --sp 4 --seq $seq --steps 30; done
+  ;;
+UF) for seq in 32768 65536; do train 1500 8 --parallel ulysses --sp 8 --seq $seq --steps 30 --recipe full; done ;;
+UL)
+  train 900 1 --parallel none --seq 16384 --steps 30 --same-batch
+  train 900 8 --parallel ulysses --sp 8 --seq 16384 --steps 30 --same-batch
+  ;;
+F) for b in sdpa-stock ffpa; do train 1500 8 --parallel fsdp2 --seq 8192 --steps 30 --recipe full --backend $b; done ;;
+esac; done
