@@ -6,11 +6,14 @@
 #   pip download --no-deps deepspeed==0.19.8 accelerate==1.16.0 peft==0.21.2 -d .whl-extra   (carry .whl-extra)
 # Each part appends rows to $OUT/trainer_parallel.json (benchmarks/trainer_parallel.py: tokens/s/GPU, peak
 # memory of every rank, every step's loss and time, the routes taken).
-#   U   Ulysses SP, the headline: 31B at full depth, LoRA, 32k / 64k / 128k at sp 8, and 32k / 64k at sp 4;
-#       stock DeepSpeed + SDPA once (its registration of Gemma 4 fails: the row records the error)
-#   UF  Ulysses SP, full fine-tuning (ZeRO-3), 31B at 32k and 64k, sp 8
-#   UL  the loss over 30 steps of one packed 16k sequence: one GPU against Ulysses sp 8 (same weights, same batch)
-#   F   FSDP2 + checkpointing, 8 GPUs, 31B full fine-tuning at 8k: stock SDPA against ffpa_patch
+# One run per part, so that each fits one 10-minute device call (settings from the environment):
+#   US  stock DeepSpeed + SDPA on Gemma 4 under Ulysses (its registration fails: the row records the error)
+#   U   one Ulysses SP run: SP (8) ranks, SEQ (65536) tokens, STEPS (30), RECIPE (lora; full = ZeRO-3).
+#       The headline: SEQ 32768, 65536, 131072 at SP 8, and 32768, 65536 at SP 4 (131072 at 30 steps may
+#       need STEPS=15: ~19 s a step projected)
+#   UL  the loss comparison: the 30-step loss of one packed 16k sequence at SP 8 (same weights and batch)
+#   U1  its one-GPU reference (--parallel none)
+#   F   one FSDP2 + checkpointing run on 8 GPUs, 31B full fine-tuning at 8k: BACKEND (ffpa, or sdpa-stock)
 set -u
 [ -f .gpu/activate.sh ] && source .gpu/activate.sh
 if [ ! -d /tmp/extra ] && ls .whl-extra/*.whl .whl-extra/*.tar.gz > /dev/null 2>&1; then
@@ -37,15 +40,9 @@ train() {  # LIMIT NPROC ARGS...: one trainer_parallel.py run over NPROC ranks
     > $OUT/last_run.log 2>&1 || echo "   exited $? (tail: $(tail -3 $OUT/last_run.log | tr '\n' ' ' | cut -c1-300))" | tee -a $OUT/session.log
 }
 for part in "$@"; do case "$part" in
-U)
-  train 300 8 --parallel ulysses --sp 8 --seq 32768 --steps 3 --backend sdpa-stock
-  for seq in 32768 65536 131072; do train 1200 8 --parallel ulysses --sp 8 --seq $seq --steps 30; done
-  for seq in 32768 65536; do train 1200 4 --parallel ulysses --sp 4 --seq $seq --steps 30; done
-  ;;
-UF) for seq in 32768 65536; do train 1500 8 --parallel ulysses --sp 8 --seq $seq --steps 30 --recipe full; done ;;
-UL)
-  train 900 1 --parallel none --seq 16384 --steps 30 --same-batch
-  train 900 8 --parallel ulysses --sp 8 --seq 16384 --steps 30 --same-batch
-  ;;
-F) for b in sdpa-stock ffpa; do train 1500 8 --parallel fsdp2 --seq 8192 --steps 30 --recipe full --backend $b; done ;;
+US) train 300 8 --parallel ulysses --sp 8 --seq 32768 --steps 3 --backend sdpa-stock ;;
+U)  train 570 ${SP:-8} --parallel ulysses --sp ${SP:-8} --seq ${SEQ:-65536} --steps ${STEPS:-30} --recipe ${RECIPE:-lora} ;;
+UL) train 570 8 --parallel ulysses --sp 8 --seq 16384 --steps 30 --same-batch ;;
+U1) train 570 1 --parallel none --seq 16384 --steps 30 --same-batch ;;
+F)  train 570 8 --parallel fsdp2 --seq 8192 --steps 30 --recipe full --backend ${BACKEND:-ffpa} ;;
 esac; done
