@@ -19,6 +19,7 @@ set -u
 if [ ! -d /tmp/extra ] && ls .whl-extra/*.whl .whl-extra/*.tar.gz > /dev/null 2>&1; then
   DS_BUILD_OPS=0 python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/extra .whl-extra/* > $OUT/pip.log 2>&1
 fi
+command -v ffpa-patch > /dev/null || python3 -m pip install -q --no-deps --no-build-isolation -e . >> $OUT/pip.log 2>&1
 export PYTHONPATH=/tmp/extra:$PWD:${PYTHONPATH:-} PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True DS_BUILD_OPS=0
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a $OUT/session.log; }
