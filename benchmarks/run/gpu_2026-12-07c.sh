@@ -12,6 +12,8 @@
 #       and the entries the copy guard touched (compile, LSE entries, image blocks)
 #   IFD image batches at full depth with pixels through the vision tower (31B, LoRA, checkpointing, 8k,
 #       4 images of 280 tokens), stock against "ffpa" (peft from .whl-extra)
+#   VP  ffpa-attn's varlen path: its per-call cu_seqlens checks off, and its dK/dV tile order flipped, against
+#       the unchanged call and the dense batch (benchmarks/probes/ffpa_varlen_probe.py; run it last)
 #   C   cuDNN frontend 1.31's sm90 head_dim-512 forward against FFPA's, and FFPA's backward from its out/LSE
 #       (needs .whl-cudnn, a trimmed extract of the wheel, carried beside .gpu)
 set -u
@@ -47,6 +49,11 @@ TK)
   timeout ${TESTS_S:-150} python -m pytest -m gpu -q -p no:cacheprovider --durations=5 tests/gpu \
     -k "share_storage or first_call or compiles_fullgraph or lse_entry or image_blocks_on" 2>&1 | tail -30 > $OUT/gpu-tests-kv.log
   stamp "done: $(tail -1 $OUT/gpu-tests-kv.log)"
+  ;;
+VP)
+  stamp "ffpa varlen probe"
+  timeout ${VP_S:-240} python benchmarks/probes/ffpa_varlen_probe.py --out $OUT/ffpa_varlen_probe.json > $OUT/ffpa_varlen_probe.log 2>&1
+  stamp "varlen probe done: $(grep -c '^{' $OUT/ffpa_varlen_probe.log) rows"
   ;;
 IFD)
   [ -d /tmp/extra ] || python3 -m pip install -q --no-deps --target /tmp/extra .whl-extra/peft-*.whl > /dev/null 2>&1
