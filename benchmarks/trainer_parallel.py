@@ -86,8 +86,16 @@ def build(a):
     config.use_cache = False
     config._attn_implementation = "sdpa"  # accelerate's Ulysses accepts only sdpa / flash / hub kernels
     dtype = torch.float32 if a.tiny else torch.bfloat16
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = Gemma4ForCausalLM(config).to(dtype)
+    gpu = torch.cuda.is_available() and not a.tiny
+    if gpu:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))  # each rank builds on its own GPU
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in bf16: the 31B in fp32 (124 GB) fits no GPU
+    try:
+        with torch.device("cuda" if gpu else "cpu"):
+            model = Gemma4ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default)
     if a.recipe == "lora":
         from peft import LoraConfig, get_peft_model
 
