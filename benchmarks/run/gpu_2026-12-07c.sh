@@ -12,6 +12,7 @@
 #       and the entries the copy guard touched (compile, LSE entries, image blocks)
 #   IFD image batches at full depth with pixels through the vision tower (31B, LoRA, checkpointing, 8k,
 #       4 images of 280 tokens), stock against "ffpa" (peft from .whl-extra)
+#   BK  ffpa-attn's head_dim-512 backward split into its kernels (torch.profiler), 16k and 32k, 4 shapes
 #   VP  ffpa-attn's varlen path: its per-call cu_seqlens checks off, and its dK/dV tile order flipped, against
 #       the unchanged call and the dense batch (benchmarks/probes/ffpa_varlen_probe.py; run it last)
 #   C   cuDNN frontend 1.31's sm90 head_dim-512 forward against FFPA's, and FFPA's backward from its out/LSE
@@ -49,6 +50,11 @@ TK)
   timeout ${TESTS_S:-150} python -m pytest -m gpu -q -p no:cacheprovider --durations=5 tests/gpu \
     -k "share_storage or first_call or compiles_fullgraph or lse_entry or image_blocks_on" 2>&1 | tail -30 > $OUT/gpu-tests-kv.log
   stamp "done: $(tail -1 $OUT/gpu-tests-kv.log)"
+  ;;
+BK)
+  stamp "ffpa backward kernels"
+  timeout ${BK_S:-150} python benchmarks/probes/ffpa_bwd_kernels_probe.py --out $OUT/ffpa_bwd_kernels.json > $OUT/ffpa_bwd_kernels.log 2>&1
+  stamp "backward kernels done: $(grep -c '^{' $OUT/ffpa_bwd_kernels.log) rows"
   ;;
 VP)
   stamp "ffpa varlen probe"
