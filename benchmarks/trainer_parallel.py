@@ -136,7 +136,7 @@ def main():
         os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
     if not gpu and a.parallel == "ulysses":
         PartialState(backend="gloo")  # the Trainer's DeepSpeed branch names no backend: on a CPU it would run 1 process
-    row = {"parallel": a.parallel, "model": a.model, "seq": a.seq, "sp": a.sp, "recipe": a.recipe, "backend": a.backend, "vocab": a.vocab,
+    row = {"parallel": a.parallel, "model": a.model, "seq": a.seq, "sp": a.sp if a.parallel == "ulysses" else None, "recipe": a.recipe, "backend": a.backend, "vocab": a.vocab,
            "layers": a.layers, "tiny": a.tiny, "same_batch": a.same_batch, "command": "python benchmarks/trainer_parallel.py " + " ".join(sys.argv[1:])}
     clock = Clock()
     try:

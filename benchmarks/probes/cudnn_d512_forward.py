@@ -27,7 +27,6 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -115,19 +114,13 @@ def build_aot(out_dir, shapes, seqs):
     json.dump(meta, open(os.path.join(out_dir, "manifest.json"), "w"), indent=1)
 
 
-def bench(fn, warmup=2, iters=5):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+def bench(fn):
+    """CUDA-event median of 5 calls after 2 warm-ups (benchmarks.common.cuda_ms; imported here, since
+    --build-aot runs without torch)."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    from benchmarks.common import cuda_ms
+
+    return cuda_ms(fn, warmup=2, iters=5)
 
 
 def rel(a, b):

@@ -22,16 +22,7 @@ set -u
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a $OUT/session.log; }
-if [ ! -f $OUT/manifest.json ]; then
-  python - <<PY > $OUT/manifest.json
-import json, subprocess, sys
-sys.path.insert(0, ".")
-from benchmarks.common import env_info
-gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,power.limit,driver_version", "--format=csv,noheader"],
-                     capture_output=True, text=True).stdout.strip()
-print(json.dumps({"commit": "${COMMIT:-unknown}", "gpu": gpu, "env": env_info(), "driver": "benchmarks/run/gpu_2026-12-07c.sh"}, indent=1))
-PY
-fi
+python -m benchmarks.manifest $OUT benchmarks/run/gpu_2026-12-07c.sh
 map() {  # NAME TIMEOUT ARGS...: one kernel_map.py run, its rows as they come in $OUT/kernel_map_NAME.{json,log}
   local name=$1 limit=$2; shift 2
   stamp "kernel map $name"

@@ -23,16 +23,7 @@ command -v ffpa-patch > /dev/null || python3 -m pip install -q --no-deps --no-bu
 export PYTHONPATH=/tmp/extra:$PWD:${PYTHONPATH:-} PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True DS_BUILD_OPS=0
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a $OUT/session.log; }
-if [ ! -f $OUT/manifest.json ]; then
-  python - <<PY > $OUT/manifest.json
-import json, subprocess, sys
-sys.path.insert(0, ".")
-from benchmarks.common import env_info
-gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"], capture_output=True, text=True).stdout
-print(json.dumps({"commit": "${COMMIT:-unknown}", "gpus": gpu.strip().splitlines(), "env": env_info(),
-                  "driver": "benchmarks/run/multi_gpu.sh"}, indent=1))
-PY
-fi
+python -m benchmarks.manifest $OUT benchmarks/run/multi_gpu.sh
 train() {  # LIMIT NPROC ARGS...: one trainer_parallel.py run over NPROC ranks
   local limit=$1 n=$2; shift 2
   stamp "trainer_parallel $n ranks: $*"
