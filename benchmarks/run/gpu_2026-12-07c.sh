@@ -15,6 +15,8 @@
 #   BK  ffpa-attn's head_dim-512 backward split into its kernels (torch.profiler), 16k and 32k, 4 shapes
 #   VP  ffpa-attn's varlen path: its per-call cu_seqlens checks off, and its dK/dV tile order flipped, against
 #       the unchanged call and the dense batch (benchmarks/probes/ffpa_varlen_probe.py; run it last)
+#   T   design M of docs/notes/d512-backward-design.md: a Triton head_dim-512 backward with P and dS in HBM,
+#       against ffpa-attn's backward (benchmarks/probes/d512_bwd_triton.py; TSHAPES, TSWEEP=1 for tile configs)
 #   C   cuDNN frontend 1.31's sm90 head_dim-512 forward against FFPA's, and FFPA's backward from its out/LSE
 #       (needs .whl-cudnn, a trimmed extract of the wheel, carried beside .gpu)
 set -u
@@ -46,6 +48,12 @@ BK)
   stamp "ffpa backward kernels"
   timeout ${BK_S:-150} python benchmarks/probes/ffpa_bwd_kernels_probe.py --out $OUT/ffpa_bwd_kernels.json > $OUT/ffpa_bwd_kernels.log 2>&1
   stamp "backward kernels done: $(grep -c '^{' $OUT/ffpa_bwd_kernels.log) rows"
+  ;;
+T)
+  stamp "triton d512 backward"
+  timeout ${T_S:-420} python benchmarks/probes/d512_bwd_triton.py --out $OUT/d512_bwd_triton.json \
+    ${TSWEEP:+--sweep} ${TSHAPES:+--shapes $TSHAPES} > $OUT/d512_bwd_triton.log 2>&1
+  stamp "triton backward done: $(grep -c '^{' $OUT/d512_bwd_triton.log) rows; $(tail -1 $OUT/d512_bwd_triton.log | cut -c1-200)"
   ;;
 VP)
   stamp "ffpa varlen probe"
