@@ -26,10 +26,11 @@ LOG2E = 1.4426950408889634
 @triton.jit
 def _p_ds_kernel(Q, K, V, DO, LSE, DELTA, P, DS,
                  s_qb, s_qs, s_qh, s_kb, s_ks, s_kh, s_lb, s_lh, s_ph, s_pm,
-                 b, h0, n_rep, heads_per_kv, seqlen, qk_scale_log2,
+                 b, h0, n_rep, heads_per_kv, seqlen, row0, qk_scale_log2,
                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    """One (m, n) tile of one head: S and dP over the full head_dim, then P and dS stored in bf16."""
-    pid_m = tl.program_id(0)
+    """One (m, n) tile of one head: S and dP over the full head_dim, then P and dS stored in bf16 at row
+    m - row0 of the strip's scratch."""
+    pid_m = row0 // BLOCK_M + tl.program_id(0)
     pid_n = tl.program_id(1)
     hc = tl.program_id(2)
     if pid_n * BLOCK_N > pid_m * BLOCK_M + BLOCK_M - 1:
@@ -59,7 +60,7 @@ def _p_ds_kernel(Q, K, V, DO, LSE, DELTA, P, DS,
     p = tl.math.exp2(acc_s * qk_scale_log2 - lse[:, None] * 1.4426950408889634)
     p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)
     ds = p * (acc_dp - delta[:, None])
-    out = hc * s_ph + offs_m[:, None] * s_pm + offs_n[None, :]
+    out = hc * s_ph + (offs_m - row0)[:, None] * s_pm + offs_n[None, :]
     keep = in_m[:, None] & in_n[None, :]
     tl.store(P + out, p.to(P.dtype.element_ty), mask=keep)
     tl.store(DS + out, ds.to(DS.dtype.element_ty), mask=keep)
@@ -67,10 +68,10 @@ def _p_ds_kernel(Q, K, V, DO, LSE, DELTA, P, DS,
 
 @triton.jit
 def _kv_grad_kernel(A, X, OUT, s_ah, s_am, s_xb, s_xs, s_xh, s_ob, s_os, s_oh,
-                    b, h0, n_rep, seqlen, alpha,
+                    b, h0, n_rep, seqlen, row0, row1, alpha,
                     HEADS_PER_KV: tl.constexpr, ACCUM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr):
-    """OUT[b, n, kvh, d] (+)= alpha * sum over the chunk's heads of this KV head and rows m >= n of
-    A[hc, m, n] * X[b, m, h, d]: dV from (P, dO), dK from (dS, Q)."""
+    """OUT[b, n, kvh, d] (+)= alpha * sum over the chunk's heads of this KV head and the strip's rows
+    m >= n of A[hc, m - row0, n] * X[b, m, h, d]: dV from (P, dO), dK from (dS, Q)."""
     pid_n = tl.program_id(0)
     pid_d = tl.program_id(1)
     g = tl.program_id(2)
@@ -83,10 +84,10 @@ def _kv_grad_kernel(A, X, OUT, s_ah, s_am, s_xb, s_xs, s_xh, s_ob, s_os, s_oh,
     for r in range(HEADS_PER_KV):
         hc = g * HEADS_PER_KV + r
         h = h_first + r
-        for m0 in range(pid_n * BLOCK_N, seqlen, BLOCK_K):
+        for m0 in range(tl.maximum(pid_n * BLOCK_N, row0), row1, BLOCK_K):
             offs_m = m0 + offs_k
-            in_m = offs_m < seqlen
-            a = tl.load(A + hc * s_ah + offs_m[:, None] * s_am + offs_n[None, :],
+            in_m = offs_m < row1
+            a = tl.load(A + hc * s_ah + (offs_m - row0)[:, None] * s_am + offs_n[None, :],
                         mask=in_m[:, None] & in_n[None, :], other=0.0)
             x = tl.load(X + b * s_xb + h * s_xh + offs_m[:, None] * s_xs + offs_d[None, :],
                         mask=in_m[:, None], other=0.0)
@@ -101,10 +102,10 @@ def _kv_grad_kernel(A, X, OUT, s_ah, s_am, s_xb, s_xs, s_xh, s_ob, s_os, s_oh,
 
 @triton.jit
 def _q_grad_kernel(DS, K, DQ, s_ah, s_am, s_kb, s_ks, s_kh, s_qb, s_qs, s_qh,
-                   b, h0, n_rep, heads_per_kv, seqlen, alpha, n_m_blocks,
+                   b, h0, n_rep, heads_per_kv, seqlen, row0, alpha, n_m_blocks,
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr):
     """dQ[b, m, h, d] = alpha * sum over n <= m of dS[hc, m, n] * K[b, n, kvh, d]; longest rows first."""
-    pid_m = n_m_blocks - 1 - tl.program_id(0)
+    pid_m = row0 // BLOCK_M + n_m_blocks - 1 - tl.program_id(0)
     pid_d = tl.program_id(1)
     hc = tl.program_id(2)
     h = h0 + (hc // heads_per_kv) * n_rep + hc % heads_per_kv
@@ -118,7 +119,7 @@ def _q_grad_kernel(DS, K, DQ, s_ah, s_am, s_kb, s_ks, s_kh, s_qb, s_qs, s_qh,
     for n0 in range(0, end, BLOCK_K):
         offs_n = n0 + offs_k
         in_n = offs_n < seqlen
-        a = tl.load(DS + hc * s_ah + offs_m[:, None] * s_am + offs_n[None, :],
+        a = tl.load(DS + hc * s_ah + (offs_m - row0)[:, None] * s_am + offs_n[None, :],
                     mask=in_m[:, None] & in_n[None, :], other=0.0)
         k = tl.load(K + b * s_kb + kvh * s_kh + offs_n[:, None] * s_ks + offs_d[None, :],
                     mask=in_n[:, None], other=0.0)
@@ -134,15 +135,19 @@ DEFAULT_CFG = {
 }
 
 
-def chunk_heads(hq: int, hkv: int, seqlen: int, budget_bytes: float) -> tuple[int, int]:
-    """(KV heads per chunk, query heads per KV head per chunk) whose P+dS scratch fits the budget."""
+def chunk_plan(hq: int, hkv: int, seqlen: int, budget_bytes: float, block: int = 128) -> tuple[int, int, int]:
+    """(KV heads, query heads per KV head, query rows) per chunk, so that the chunk's P and dS scratch
+    (heads x rows x seqlen, bf16, two of them) fits the budget: whole groups first, then fewer heads,
+    then strips of rows (a multiple of the block)."""
     n_rep = hq // hkv
     per_head = 2 * 2 * seqlen * seqlen
-    heads = max(1, int(budget_bytes // per_head))
+    heads = int(budget_bytes // per_head)
     if heads >= n_rep:
-        kv = max(d for d in range(1, hkv + 1) if hkv % d == 0 and d * n_rep <= heads)
-        return kv, n_rep
-    return 1, max(d for d in range(1, n_rep + 1) if n_rep % d == 0 and d <= heads)
+        return max(d for d in range(1, hkv + 1) if hkv % d == 0 and d * n_rep <= heads), n_rep, seqlen
+    if heads >= 1:
+        return 1, max(d for d in range(1, n_rep + 1) if n_rep % d == 0 and d <= heads), seqlen
+    rows = max(block, int(budget_bytes // (2 * 2 * seqlen)) // block * block)
+    return 1, 1, min(rows, seqlen)
 
 
 def d512_backward(dout, q, k, v, out, lse, scale, cfg=DEFAULT_CFG, scratch_bytes=8e9):
@@ -150,38 +155,41 @@ def d512_backward(dout, q, k, v, out, lse, scale, cfg=DEFAULT_CFG, scratch_bytes
     bsz, seqlen, hq, d = q.shape
     hkv = k.shape[2]
     n_rep = hq // hkv
+    c1, c2, c3 = cfg["pds"], cfg["kv"], cfg["q"]
+    block = max(c1["BLOCK_M"], c1["BLOCK_N"], c2["BLOCK_N"], c3["BLOCK_M"])
     delta = (out.float() * dout.float()).sum(-1).transpose(1, 2).contiguous()  # [B, H, S]
     lse = lse.contiguous()
     dq = torch.empty_like(q)
-    kv_chunk, rep_chunk = chunk_heads(hq, hkv, seqlen, scratch_bytes)
-    accum = rep_chunk < n_rep
+    kv_chunk, rep_chunk, rows = chunk_plan(hq, hkv, seqlen, scratch_bytes, block)
+    accum = rep_chunk < n_rep or rows < seqlen
     dk = torch.zeros(k.shape, device=k.device, dtype=torch.float32) if accum else torch.empty_like(k)
     dv = torch.zeros(v.shape, device=v.device, dtype=torch.float32) if accum else torch.empty_like(v)
     hc_n = kv_chunk * rep_chunk
-    p = torch.empty(hc_n, seqlen, seqlen, device=q.device, dtype=q.dtype)
+    p = torch.empty(hc_n, rows, seqlen, device=q.device, dtype=q.dtype)
     ds = torch.empty_like(p)
-    c1, c2, c3 = cfg["pds"], cfg["kv"], cfg["q"]
     for b in range(bsz):
         for kv0 in range(0, hkv, kv_chunk):
             for r0 in range(0, n_rep, rep_chunk):
                 h0 = kv0 * n_rep + r0
-                grid1 = (triton.cdiv(seqlen, c1["BLOCK_M"]), triton.cdiv(seqlen, c1["BLOCK_N"]), hc_n)
-                _p_ds_kernel[grid1](q, k, v, dout, lse, delta, p, ds,
-                                    q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-                                    lse.stride(0), lse.stride(1), p.stride(0), p.stride(1),
-                                    b, h0, n_rep, rep_chunk, seqlen, scale * LOG2E, HEAD_DIM=d, **c1)
-                grid2 = (triton.cdiv(seqlen, c2["BLOCK_N"]), d // c2["BLOCK_D"], kv_chunk)
-                for a_, x_, o_, alpha in ((p, dout, dv, 1.0), (ds, q, dk, scale)):
-                    _kv_grad_kernel[grid2](a_, x_, o_, a_.stride(0), a_.stride(1),
-                                           x_.stride(0), x_.stride(1), x_.stride(2),
-                                           o_.stride(0), o_.stride(1), o_.stride(2),
-                                           b, h0, n_rep, seqlen, alpha, HEADS_PER_KV=rep_chunk,
-                                           ACCUM=accum and r0 > 0, **c2)
-                n_m = triton.cdiv(seqlen, c3["BLOCK_M"])
-                grid3 = (n_m, d // c3["BLOCK_D"], hc_n)
-                _q_grad_kernel[grid3](ds, k, dq, ds.stride(0), ds.stride(1), k.stride(0), k.stride(1), k.stride(2),
-                                      dq.stride(0), dq.stride(1), dq.stride(2),
-                                      b, h0, n_rep, rep_chunk, seqlen, scale, n_m, **c3)
+                for row0 in range(0, seqlen, rows):
+                    row1 = min(row0 + rows, seqlen)
+                    grid1 = (triton.cdiv(row1 - row0, c1["BLOCK_M"]), triton.cdiv(row1, c1["BLOCK_N"]), hc_n)
+                    _p_ds_kernel[grid1](q, k, v, dout, lse, delta, p, ds,
+                                        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+                                        lse.stride(0), lse.stride(1), p.stride(0), p.stride(1),
+                                        b, h0, n_rep, rep_chunk, seqlen, row0, scale * LOG2E, HEAD_DIM=d, **c1)
+                    grid2 = (triton.cdiv(row1, c2["BLOCK_N"]), d // c2["BLOCK_D"], kv_chunk)
+                    for a_, x_, o_, alpha in ((p, dout, dv, 1.0), (ds, q, dk, scale)):
+                        _kv_grad_kernel[grid2](a_, x_, o_, a_.stride(0), a_.stride(1),
+                                               x_.stride(0), x_.stride(1), x_.stride(2),
+                                               o_.stride(0), o_.stride(1), o_.stride(2),
+                                               b, h0, n_rep, seqlen, row0, row1, alpha, HEADS_PER_KV=rep_chunk,
+                                               ACCUM=accum and (r0 > 0 or row0 > 0), **c2)
+                    n_m = triton.cdiv(row1 - row0, c3["BLOCK_M"])
+                    grid3 = (n_m, d // c3["BLOCK_D"], hc_n)
+                    _q_grad_kernel[grid3](ds, k, dq, ds.stride(0), ds.stride(1), k.stride(0), k.stride(1), k.stride(2),
+                                          dq.stride(0), dq.stride(1), dq.stride(2),
+                                          b, h0, n_rep, rep_chunk, seqlen, row0, scale, n_m, **c3)
     if accum:
         dk, dv = dk.to(k.dtype), dv.to(v.dtype)
     return dq, dk, dv
@@ -214,13 +222,17 @@ def cpu_check():
     torch.manual_seed(0)
     cfg = {"pds": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 32}, "kv": {"BLOCK_N": 16, "BLOCK_D": 64, "BLOCK_K": 16},
            "q": {"BLOCK_M": 16, "BLOCK_D": 64, "BLOCK_K": 16}}
-    for bsz, n, hq, hkv, budget in ((1, 40, 4, 2, 1e9), (2, 48, 4, 1, 2 * 2 * 48 * 48 * 2), (1, 33, 2, 2, 1)):
+    cases = ((1, 40, 4, 2, 1e9),                     # whole groups, one chunk
+             (2, 48, 4, 1, 2 * 2 * 48 * 48 * 2),     # two heads of a group per chunk: dK/dV accumulate
+             (1, 33, 2, 2, 2 * 2 * 33 * 33),         # one head per chunk, a ragged length
+             (1, 70, 2, 1, 2 * 2 * 70 * 20))         # strips of 16 rows: dK/dV accumulate across strips
+    for bsz, n, hq, hkv, budget in cases:
         q, k, v, dout = (torch.randn(bsz, n, h, 512) for h in (hq, hkv, hkv, hq))
         scale = 512 ** -0.5
         o, lse, rq, rk, rv = reference(q, k, v, dout, scale)
         dq, dk, dv = d512_backward(dout, q, k, v, o, lse, scale, cfg=cfg, scratch_bytes=budget)
         errs = [rel_err(a, r) for a, r in ((dq, rq), (dk, rk), (dv, rv))]
-        print(json.dumps({"shape": [bsz, n, hq, hkv], "chunks": chunk_heads(hq, hkv, n, budget), "rel_err": errs}))
+        print(json.dumps({"shape": [bsz, n, hq, hkv], "chunks": chunk_plan(hq, hkv, n, budget, 16), "rel_err": errs}))
         assert max(errs) < 1e-4, errs
 
 
@@ -254,12 +266,13 @@ def exactness_row() -> dict:
             "ffpa_rel_err": [rel_err(x, r) for x, r in zip(theirs, (rq, rk, rv))]}
 
 
-def timing_row(model: str, n: int, cfgs: list[dict], cuda_ms, deadline: float) -> dict:
+def timing_row(model: str, n: int, scratch_gb: float, cfgs: list[dict], cuda_ms, deadline: float) -> dict:
     ops, scale = torch.ops.ffpa_attn, 512 ** -0.5
     hq, hkv = HEADS[model]
     torch.manual_seed(0)
     q, k, v, dout = (torch.randn(1, n, h, 512, device="cuda", dtype=torch.bfloat16) for h in (hq, hkv, hkv, hq))
-    row = {"model": model, "n": n, "hq": hq, "hkv": hkv}
+    row = {"model": model, "n": n, "hq": hq, "hkv": hkv, "scratch_gb": scratch_gb,
+           "chunk_plan": chunk_plan(hq, hkv, n, scratch_gb * 1e9)}
     flop = 2.5 * 4 * hq * 512 * n * (n + 1) / 2
     with torch.no_grad():
         out, lse = ops._fwd_cute(q, k, v, scale, 1, 1)
@@ -267,8 +280,9 @@ def timing_row(model: str, n: int, cfgs: list[dict], cuda_ms, deadline: float) -
         theirs = ops._bwd_cute(dout, q, k, v, out, lse, scale, 1, 0)
         row.update(ffpa_ms=ffpa_ms, ffpa_tflops=flop / ffpa_ms / 1e9)
         for ci, cfg in enumerate(cfgs):
-            ms = cuda_ms(lambda c=cfg: d512_backward(dout, q, k, v, out, lse, scale, cfg=c), warmup=1, iters=3)
-            ours = d512_backward(dout, q, k, v, out, lse, scale, cfg=cfg)
+            ms = cuda_ms(lambda c=cfg: d512_backward(dout, q, k, v, out, lse, scale, cfg=c,
+                                                              scratch_bytes=scratch_gb * 1e9), warmup=1, iters=3)
+            ours = d512_backward(dout, q, k, v, out, lse, scale, cfg=cfg, scratch_bytes=scratch_gb * 1e9)
             row[f"cfg{ci}"] = {"cfg": cfg, "ms": ms, "tflops": flop / ms / 1e9, "speedup": ffpa_ms / ms,
                                "rel_diff_vs_ffpa": [rel_err(x, y) for x, y in zip(ours, theirs)]}
             if time.time() > deadline:
@@ -281,7 +295,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cpu-check", action="store_true")
     ap.add_argument("--out")
-    ap.add_argument("--shapes", nargs="+", default=["31B:8192", "31B:16384", "31B:32768", "12B:16384", "26B-A4B:16384"])
+    ap.add_argument("--shapes", nargs="+", default=["31B:8192", "31B:16384", "31B:16384:2", "31B:32768", "12B:16384", "26B-A4B:16384"],
+                    help="MODEL:TOKENS[:SCRATCH_GB] (scratch 8 GB unless given)")
     ap.add_argument("--sweep", action="store_true", help="try a few tile configs at the first shape")
     ap.add_argument("--budget-s", type=float, default=300)
     a = ap.parse_args()
@@ -299,8 +314,8 @@ def main():
             if spec == "check":
                 row = exactness_row()
             else:
-                model, n = spec.split(":")
-                row = timing_row(model, int(n), sweep_configs() if a.sweep and i == 1 else [DEFAULT_CFG], cuda_ms, deadline)
+                model, n, *gb = spec.split(":")
+                row = timing_row(model, int(n), float(gb[0]) if gb else 8.0, sweep_configs() if a.sweep and i == 1 else [DEFAULT_CFG], cuda_ms, deadline)
         except Exception as exc:  # noqa: BLE001 - a probe row records its failure
             row = {"spec": spec, "error": f"{type(exc).__name__}: {exc}"[:400]}
         rows.append(row)
