@@ -35,6 +35,7 @@ class Settings:
     force: bool  # FFPA_PATCH_FORCE=1: patch outside the supported version range
     targets: frozenset[str] | None  # FFPA_PATCH_TARGETS=a,b: only these patches
     exclude: frozenset[str]  # FFPA_PATCH_EXCLUDE=a,b: never these patches
+    d512_backward: str  # FFPA_PATCH_D512_BACKWARD=triton|ffpa-attn: the full layers' backward on Hopper
 
 
 def read() -> Settings:
@@ -45,7 +46,21 @@ def read() -> Settings:
         force=_flag("FFPA_PATCH_FORCE"),
         targets=_names("FFPA_PATCH_TARGETS"),
         exclude=_names("FFPA_PATCH_EXCLUDE") or frozenset(),
+        d512_backward=d512_backward(),
     )
+
+
+D512_BACKWARDS = ("triton", "ffpa-attn")
+
+
+def d512_backward() -> str:
+    """FFPA_PATCH_D512_BACKWARD: which backward the FFPA kernel's full layers run on Hopper: "triton"
+    (the default: kernels/d512_bwd.py, no recomputation) or "ffpa-attn" (its own). Checked by apply()
+    and read again at each backward, so a change between steps takes effect."""
+    raw = os.environ.get("FFPA_PATCH_D512_BACKWARD", "").strip().lower() or D512_BACKWARDS[0]
+    if raw not in D512_BACKWARDS:
+        raise ValueError(f"FFPA_PATCH_D512_BACKWARD={os.environ['FFPA_PATCH_D512_BACKWARD']!r}: use one of {D512_BACKWARDS}")
+    return raw
 
 
 def strict_requested() -> bool:

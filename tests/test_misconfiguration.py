@@ -45,6 +45,20 @@ def test_an_explicit_apply_raises_on_a_bad_switch():
     assert "raised FFPA_PATCH_FORCE='sure' is not a switch" in done.stdout
 
 
+def test_an_unknown_d512_backward_is_refused_at_apply_with_the_choices():
+    done = python("import ffpa_patch\ntry:\n    ffpa_patch.apply()\nexcept ValueError as e:\n    print('raised', e)",
+                  FFPA_PATCH_D512_BACKWARD="cudnn")
+    assert "raised FFPA_PATCH_D512_BACKWARD='cudnn': use one of ('triton', 'ffpa-attn')" in done.stdout
+
+
+@pytest.mark.parametrize("value,expected", [("", "triton"), (" Triton ", "triton"), ("ffpa-attn", "ffpa-attn")])
+def test_the_d512_backward_switch_reads_its_spellings(monkeypatch, value, expected):
+    from ffpa_patch import env
+
+    monkeypatch.setenv("FFPA_PATCH_D512_BACKWARD", value)
+    assert env.d512_backward() == expected
+
+
 @pytest.fixture
 def future_nemo(tmp_path):
     """An installed nemo-automodel outside the supported range (metadata only)."""

@@ -11,11 +11,16 @@ attention interface must return. The ops exist only after
 from __future__ import annotations
 
 import functools
+from collections import Counter
 
 import torch
 
+from .. import env
 from . import disk_cache, import_problem, machine_fact, refusal
 from .catalog import FFPA
+
+#: which backward ran, and why not the Triton one: ``{"triton": n, "ffpa-attn (why)": m}``
+BACKWARDS: Counter = Counter()
 
 
 @functools.lru_cache(maxsize=1)
@@ -65,8 +70,49 @@ class FFPADense(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = torch.ops.ffpa_attn._bwd_cute(dout.contiguous(), q, k, v, out, lse, ctx.scale, 1, 0)
+        dq, dk, dv = torch.ops.ffpa_patch.d512_backward(dout.contiguous(), q, k, v, out, lse, ctx.scale)
         return dq, dk, dv, None
+
+
+@functools.lru_cache(maxsize=1)
+def _triton_import_error() -> str | None:
+    return import_problem("triton", "triton")
+
+
+def triton_backward_problem(q, k) -> str | None:
+    """Why the causal dense backward of these tensors does not run kernels/d512_bwd.py, or None."""
+    if env.d512_backward() != "triton":
+        return "FFPA_PATCH_D512_BACKWARD=ffpa-attn"
+    if q.shape[-1] != 512:
+        return f"head_dim {q.shape[-1]} (it serves 512)"
+    if q.shape[1] != k.shape[1]:
+        return "fewer queries than keys"
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        return f"dtype {q.dtype}"
+    major, minor = torch.cuda.get_device_capability(q.device)
+    if major != 9:
+        return f"sm{major}{minor} (measured on sm90 only)"
+    return _triton_import_error()
+
+
+@torch.library.custom_op("ffpa_patch::d512_backward", mutates_args=())
+def _d512_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                   lse: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The causal dense backward: kernels/d512_bwd.py where it serves the call, else ffpa-attn's. One
+    opaque op, so the choice (environment, device) is made when it runs, also under torch.compile."""
+    problem = triton_backward_problem(q, k)
+    if problem is None:
+        from . import d512_bwd
+
+        BACKWARDS["triton"] += 1
+        return d512_bwd.backward(dout, q, k, v, out, lse, scale)
+    BACKWARDS[f"ffpa-attn ({problem})"] += 1
+    return tuple(torch.ops.ffpa_attn._bwd_cute(dout, q, k, v, out, lse, scale, 1, 0))
+
+
+@_d512_backward.register_fake
+def _(dout, q, k, v, out, lse, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def dense(q, k, v, scale: float, window: int | None = None, deterministic: bool = False):
@@ -97,7 +143,7 @@ def dense_lse(q, k, v, scale: float, window: int | None = None):
 
 
 def dense_bwd(dout, q, k, v, out, lse, scale: float, window: int | None = None, deterministic: bool = False):
-    return torch.ops.ffpa_attn._bwd_cute(dout, q, k, v, out, lse, scale, 1, 0)
+    return torch.ops.ffpa_patch.d512_backward(dout, q, k, v, out, lse, scale)
 
 
 def _no_window() -> int:

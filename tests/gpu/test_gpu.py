@@ -692,3 +692,50 @@ def test_ffpa_at_a_ulysses_rank_shape_over_a_long_sequence_matches_fp32(layout):
     assert tiny.relative_error(out, want) < 5e-3
     for got, ref in zip(grads, ref_grads):
         assert tiny.relative_error(got, ref) < 2e-2
+
+
+# -- the Triton head_dim-512 backward (kernels/d512_bwd.py), the default on sm90 ------------------------
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(1, 2048, 32, 4), (2, 1000, 16, 1)])  # 31B heads; 12B heads, ragged, batch 2
+def test_triton_d512_backward_matches_fp32_and_says_it_ran(monkeypatch, shape, dtype):
+    """FFPA's dense entry runs the Triton backward by default on sm90, with fp32-level errors; with
+    FFPA_PATCH_D512_BACKWARD=ffpa-attn it runs ffpa-attn's, and the two agree."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Triton backward serves sm90")
+    torch.manual_seed(0)
+    b, n, hq, hk = shape
+    q, k, v = (torch.randn(b, n, h, 512, device="cuda", dtype=dtype, requires_grad=True) for h in (hq, hk, hk))
+    g = torch.randn(b, n, hq, 512, device="cuda", dtype=dtype)
+    runs = {}
+    for choice in ("triton", "ffpa-attn"):
+        monkeypatch.setenv("FFPA_PATCH_D512_BACKWARD", choice)
+        before = ffpa_kernels.BACKWARDS.copy()
+        out = ffpa_kernels.dense(q, k, v, 512 ** -0.5)
+        runs[choice] = torch.autograd.grad(out, (q, k, v), g)
+        ran = [key for key in ffpa_kernels.BACKWARDS if ffpa_kernels.BACKWARDS[key] > before[key]]
+        assert ran == (["triton"] if choice == "triton" else ["ffpa-attn (FFPA_PATCH_D512_BACKWARD=ffpa-attn)"])
+    qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+    want = torch.autograd.grad(reference.attention(qf, kf, vf, 512 ** -0.5), (qf, kf, vf), g.float())
+    for got, theirs, ref in zip(runs["triton"], runs["ffpa-attn"], want):
+        assert got.dtype == dtype and got.shape == ref.shape
+        assert rel_err(got, ref) < 2e-2
+        assert rel_err(got, ref) < 1.5 * rel_err(theirs, ref) + 1e-3  # no worse than ffpa-attn's own
+        assert rel_err(got, theirs) < 2e-2
+
+
+def test_triton_d512_backward_in_strips_matches_one_chunk():
+    """A scratch too small for one head's P and dS: strips of query rows, dK/dV accumulated in fp32."""
+    from ffpa_patch.kernels import d512_bwd
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Triton backward serves sm90")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 4096, h, 512, device="cuda", dtype=torch.bfloat16) for h in (8, 1, 1))
+    g = torch.randn_like(q)
+    out, lse = ffpa_kernels.dense_lse(q, k, v, 512 ** -0.5)
+    whole = d512_bwd.backward(g, q, k, v, out, lse, 512 ** -0.5)
+    strips = d512_bwd.backward(g, q, k, v, out, lse, 512 ** -0.5, scratch_bytes=2 * 2 * 4096 * 1024)
+    assert d512_bwd.chunk_plan(8, 1, 4096, 2 * 2 * 4096 * 1024) == (1, 1, 1024)
+    assert torch.equal(whole[0], strips[0])  # dQ: the same sums in the same order
+    for a, s in zip(whole[1:], strips[1:]):
+        assert rel_err(s, a) < 5e-3

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The driver of benchmarks/results/2026-12-08-*'s GPU runs: bash benchmarks/run/gpu_2026-12-08.sh PART...
+# with OUT set to a folder and COMMIT to the commit under test, from the repository root, on a GPU machine
+# (.gpu/activate.sh puts ffpa-attn and flash-attn-4 on the path; peft comes from .whl-extra).
+#   T   ffpa_patch's Triton head_dim-512 backward against ffpa-attn's (benchmarks/probes/d512_bwd_triton.py):
+#       a tile-order / tile-size sweep at 31B 8k, then the released shapes 4k-32k
+#   TT  the GPU tests of the FFPA kernel, now with the Triton backward as its default on sm90
+#   F8  item 5 of issue #40 at 8k: the 31B at full depth (LoRA, checkpointing), ffpa_patch with
+#       FFPA_PATCH_D512_BACKWARD=ffpa-attn (before) and triton (after), one process each
+set -u
+[ -f .gpu/activate.sh ] && source .gpu/activate.sh
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a $OUT/session.log; }
+python -m benchmarks.manifest $OUT benchmarks/run/gpu_2026-12-08.sh
+full() {  # limit model seq backward args...: one full-depth row, one process
+  local limit=$1 model=$2 seq=$3 bwd=$4; shift 4
+  stamp "full_model $model $seq backward=$bwd $*"
+  FFPA_PATCH_D512_BACKWARD=$bwd PYTHONPATH=/tmp/extra:$PYTHONPATH PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+    timeout $limit python benchmarks/full_model.py --model $model --seq $seq --backend ffpa --append \
+    --out $OUT/full_model_d512_$bwd.json "$@" 2>&1 | grep "^{" | cut -c1-600 >> $OUT/full_model.log \
+    || echo "   (no row: $model $seq $bwd $* exited or timed out after ${limit}s)" >> $OUT/full_model.log
+}
+for part in "$@"; do case "$part" in
+T)
+  stamp "triton d512 backward"
+  timeout ${T_S:-150} python benchmarks/probes/d512_bwd_triton.py --out $OUT/d512_bwd_triton.json --sweep \
+    --budget-s $(( ${T_S:-150} - 30 )) > $OUT/d512_bwd_triton.log 2>&1
+  stamp "triton backward done: $(grep -c '^{' $OUT/d512_bwd_triton.log) rows"
+  ;;
+TT)
+  stamp "gpu tests of the FFPA kernel"
+  timeout ${TESTS_S:-200} python -m pytest -m gpu -q -p no:cacheprovider --durations=8 tests/gpu \
+    -k "triton_d512 or released_full_layer or bitwise_repeatable_at or share_storage or first_call or compiles_fullgraph or lse_entry or low_copy or ulysses_rank or image_blocks_on" \
+    2>&1 | tail -40 > $OUT/gpu-tests-d512.log
+  stamp "done: $(tail -1 $OUT/gpu-tests-d512.log)"
+  ;;
+F8)
+  [ -d /tmp/extra ] || python3 -m pip install -q --no-deps --target /tmp/extra .whl-extra/peft-*.whl > /dev/null 2>&1
+  for bwd in ${F_BACKWARDS:-ffpa-attn triton}; do
+    full ${F_S:-140} 31b 8192 $bwd --vocab 32768 --recipe lora --ckpt plain --steps 4
+  done
+  ;;
+esac; done
