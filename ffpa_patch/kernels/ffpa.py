@@ -105,19 +105,22 @@ def _d512_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         from . import d512_bwd
 
         BACKWARDS["triton"] += 1
-        return d512_bwd.backward(dout, q, k, v, out, lse, scale)
-    BACKWARDS[f"ffpa-attn ({problem})"] += 1
-    return tuple(torch.ops.ffpa_attn._bwd_cute(dout, q, k, v, out, lse, scale, 1, 0))
+        grads = d512_bwd.backward(dout, q, k, v, out, lse, scale)
+    else:
+        BACKWARDS[f"ffpa-attn ({problem})"] += 1
+        grads = torch.ops.ffpa_attn._bwd_cute(dout, q, k, v, out, lse, scale, 1, 0)
+    return tuple(g.contiguous() for g in grads)  # the layout the fake below promises, whichever ran
 
 
 @_d512_backward.register_fake
 def _(dout, q, k, v, out, lse, scale):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def dense(q, k, v, scale: float, window: int | None = None, deterministic: bool = False):
-    """Full layers only (no window). The sm90 backward is split-D and atomic-free, so it is
-    repeatable with or without ``deterministic`` (tests/gpu checks it bit for bit)."""
+    """Full layers only (no window). Both backwards (ffpa-attn's split-D one, kernels/d512_bwd.py's)
+    are atomic-free with a fixed order, so repeatable with or without ``deterministic`` (tests/gpu
+    checks it bit for bit)."""
     assert window is None, "FFPA serves full-attention layers only"
     _need_ops()
     return FFPADense.apply(q, k, _unaliased(k, v), scale)
