@@ -90,9 +90,9 @@ def test_the_switches_table_lists_exactly_the_variables_read():
     from ffpa_patch import env
 
     source = open(env.__file__, encoding="utf-8").read()
-    read = set(re.findall(r'"(FFPA_PATCH_[A-Z_]+)"', source))
+    read = set(re.findall(r'"(FFPA_PATCH_[A-Z0-9_]+)"', source))
     table = README[README.index("## Environment switches"):README.index("## Guarantees")]
-    assert set(re.findall(r"`(FFPA_PATCH_[A-Z_]+)", table)) == read
+    assert set(re.findall(r"`(FFPA_PATCH_[A-Z0-9_]+)", table)) == read
 
 
 def test_patch_names_in_the_readme_are_the_patches():

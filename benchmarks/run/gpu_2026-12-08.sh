@@ -31,7 +31,7 @@ T)
 TT)
   stamp "gpu tests of the FFPA kernel"
   timeout ${TESTS_S:-200} python -m pytest -m gpu -q -p no:cacheprovider --durations=8 tests/gpu \
-    -k "triton_d512 or released_full_layer or bitwise_repeatable_at or share_storage or first_call or compiles_fullgraph or lse_entry or low_copy or ulysses_rank or image_blocks_on" \
+    -k "triton_d512 or d512_backward or released_full_layer or bitwise_repeatable_at or share_storage or first_call or compiles_fullgraph or lse_entry or low_copy or ulysses_rank or image_blocks_on" \
     2>&1 | tail -40 > $OUT/gpu-tests-d512.log
   stamp "done: $(tail -1 $OUT/gpu-tests-d512.log)"
   ;;

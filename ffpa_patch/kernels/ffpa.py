@@ -87,6 +87,9 @@ def triton_backward_problem(q, k) -> str | None:
         return f"head_dim {q.shape[-1]} (it serves 512)"
     if q.shape[1] != k.shape[1]:
         return "fewer queries than keys"
+    if q.shape[1] % 128:
+        # the kernel masks partial tiles (checked on a CPU in Triton's interpreter); not yet run so on a GPU
+        return f"length {q.shape[1]} not a multiple of 128 (not yet verified on a GPU)"
     if q.dtype not in (torch.bfloat16, torch.float16):
         return f"dtype {q.dtype}"
     major, minor = torch.cuda.get_device_capability(q.device)
@@ -101,12 +104,16 @@ def _d512_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     """The causal dense backward: kernels/d512_bwd.py where it serves the call, else ffpa-attn's. One
     opaque op, so the choice (environment, device) is made when it runs, also under torch.compile."""
     problem = triton_backward_problem(q, k)
+    grads = None
     if problem is None:
         from . import d512_bwd
 
-        BACKWARDS["triton"] += 1
-        grads = d512_bwd.backward(dout, q, k, v, out, lse, scale)
-    else:
+        try:
+            grads = d512_bwd.backward(dout, q, k, v, out, lse, scale)
+            BACKWARDS["triton"] += 1
+        except torch.OutOfMemoryError:  # its buffers (~1.3 GB at 31B 16k) come first; ffpa-attn's needs no scratch
+            problem = "out of GPU memory for its scratch"
+    if grads is None:
         BACKWARDS[f"ffpa-attn ({problem})"] += 1
         grads = torch.ops.ffpa_attn._bwd_cute(dout, q, k, v, out, lse, scale, 1, 0)
     return tuple(g.contiguous() for g in grads)  # the layout the fake below promises, whichever ran

@@ -696,7 +696,7 @@ def test_ffpa_at_a_ulysses_rank_shape_over_a_long_sequence_matches_fp32(layout):
 
 # -- the Triton head_dim-512 backward (kernels/d512_bwd.py), the default on sm90 ------------------------
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape", [(1, 2048, 32, 4), (2, 1000, 16, 1)])  # 31B heads; 12B heads, ragged, batch 2
+@pytest.mark.parametrize("shape", [(1, 2048, 32, 4), (2, 1024, 16, 1)])  # 31B heads; 12B heads, batch 2
 def test_triton_d512_backward_matches_fp32_and_says_it_ran(monkeypatch, shape, dtype):
     """FFPA's dense entry runs the Triton backward by default on sm90, with fp32-level errors; with
     FFPA_PATCH_D512_BACKWARD=ffpa-attn it runs ffpa-attn's, and the two agree."""
@@ -723,6 +723,29 @@ def test_triton_d512_backward_matches_fp32_and_says_it_ran(monkeypatch, shape, d
         assert rel_err(got, theirs) < 2e-2
 
 
+@pytest.mark.parametrize("n", [1000, 1100])
+def test_triton_d512_backward_at_a_length_that_is_not_a_multiple_of_the_tile(n):
+    """Partial tiles: what must pass before kernels/ffpa.py lets such lengths take the Triton backward
+    (until then they run ffpa-attn's, and say so)."""
+    from ffpa_patch.kernels import d512_bwd
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Triton backward serves sm90")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, n, h, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (16, 1, 1))
+    g = torch.randn(2, n, 16, 512, device="cuda", dtype=torch.bfloat16)
+    out, lse = ffpa_kernels.dense_lse(q, k, v, 512 ** -0.5)
+    got = d512_bwd.backward(g, q.detach(), k.detach(), v.detach(), out, lse, 512 ** -0.5)
+    qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+    want = torch.autograd.grad(reference.attention(qf, kf, vf, 512 ** -0.5), (qf, kf, vf), g.float())
+    for a, ref in zip(got, want):
+        assert rel_err(a, ref) < 2e-2
+    before = ffpa_kernels.BACKWARDS.copy()
+    torch.autograd.grad(ffpa_kernels.dense(q, k, v, 512 ** -0.5), (q, k, v), g)
+    assert [key for key in ffpa_kernels.BACKWARDS if ffpa_kernels.BACKWARDS[key] > before[key]] == [
+        f"ffpa-attn (length {n} not a multiple of 128 (not yet verified on a GPU))"]
+
+
 def test_triton_d512_backward_in_strips_matches_one_chunk():
     """A scratch too small for one head's P and dS: strips of query rows, dK/dV accumulated in fp32."""
     from ffpa_patch.kernels import d512_bwd
@@ -739,3 +762,25 @@ def test_triton_d512_backward_in_strips_matches_one_chunk():
     assert torch.equal(whole[0], strips[0])  # dQ: the same sums in the same order
     for a, s in zip(whole[1:], strips[1:]):
         assert rel_err(s, a) < 5e-3
+
+
+def test_the_d512_backward_falls_back_to_ffpa_attn_when_its_scratch_does_not_fit(monkeypatch):
+    """Out of GPU memory for the Triton backward's buffers: ffpa-attn's runs instead, and says why."""
+    from ffpa_patch.kernels import d512_bwd
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 1024, h, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (8, 1, 1))
+    g = torch.randn(1, 1024, 8, 512, device="cuda", dtype=torch.bfloat16)
+    monkeypatch.setenv("FFPA_PATCH_D512_BACKWARD", "ffpa-attn")
+    want = torch.autograd.grad(ffpa_kernels.dense(q, k, v, 512 ** -0.5), (q, k, v), g)
+    monkeypatch.delenv("FFPA_PATCH_D512_BACKWARD")
+
+    def no_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(d512_bwd, "backward", no_memory)
+    before = ffpa_kernels.BACKWARDS.copy()
+    got = torch.autograd.grad(ffpa_kernels.dense(q, k, v, 512 ** -0.5), (q, k, v), g)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert [key for key in ffpa_kernels.BACKWARDS if ffpa_kernels.BACKWARDS[key] > before[key]] == [
+        "ffpa-attn (out of GPU memory for its scratch)"]
