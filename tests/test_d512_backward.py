@@ -1,15 +1,14 @@
 """The Triton head_dim-512 backward (kernels/d512_bwd.py), its index math run on a CPU by Triton's
 interpreter against fp32 autograd: GQA groups whole and split, strips of query rows, lengths that are
 not a multiple of the tile, batches. The interpreter mishandles bf16, so these run in fp32; the GPU
-tests check bf16/fp16 numerics and speed is measured in benchmarks/. Skipped where triton is absent."""
+tests check bf16/fp16 numerics and speed is measured in benchmarks/. The kernel tests skip where triton
+is absent; which calls it leaves to ffpa-attn's backward, and why, is checked everywhere."""
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-
-pytest.importorskip("triton")
 
 WORKER = r"""
 import json, torch
@@ -47,6 +46,7 @@ PLANS = [[2, 2, 40], [1, 2, 48], [1, 1, 33], [1, 1, 16]]
 
 @pytest.fixture(scope="module")
 def interpreted():
+    pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1", "CASES": json.dumps(CASES)}
     code = WORKER.replace("json.loads(CASES)", "json.loads(__import__('os').environ['CASES'])")
     run = subprocess.run([sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=600)
@@ -62,6 +62,7 @@ def test_triton_d512_backward_matches_fp32_autograd(interpreted, index):
 
 
 def test_chunk_plan_keeps_the_scratch_within_budget():
+    pytest.importorskip("triton")
     from ffpa_patch.kernels.d512_bwd import chunk_plan
 
     for hq, hkv in ((32, 4), (16, 2), (16, 1), (8, 1)):
@@ -70,3 +71,22 @@ def test_chunk_plan_keeps_the_scratch_within_budget():
                 kv, rep, rows = chunk_plan(hq, hkv, n, budget)
                 assert (hq // hkv) % rep == 0 and hkv % kv == 0 and rows % 128 in (0, n % 128)
                 assert kv * rep * rows * n * 4 <= max(budget, 128 * n * 4), (hq, hkv, n, budget)
+
+
+@pytest.mark.parametrize("env,shape_q,shape_k,dtype,why", [
+    ("ffpa-attn", (1, 256, 8, 512), (1, 256, 1, 512), "bfloat16", "FFPA_PATCH_D512_BACKWARD=ffpa-attn"),
+    ("", (1, 256, 8, 384), (1, 256, 1, 384), "bfloat16", "head_dim 384 (it serves 512)"),
+    ("", (1, 128, 8, 512), (1, 256, 1, 512), "bfloat16", "fewer queries than keys"),
+    ("", (1, 1000, 8, 512), (1, 1000, 1, 512), "bfloat16", "length 1000 not a multiple of 128 (not yet verified on a GPU)"),
+    ("triton", (1, 256, 8, 512), (1, 256, 1, 512), "float32", "dtype torch.float32"),
+])
+def test_the_calls_the_triton_backward_leaves_to_ffpa_attn_say_why(monkeypatch, env, shape_q, shape_k, dtype, why):
+    """What kernels/ffpa.py decides before it asks the GPU: each refusal with its reason (the reason is
+    what ffpa.BACKWARDS counts and `ffpa-patch doctor` prints)."""
+    import torch
+
+    from ffpa_patch.kernels import ffpa
+
+    monkeypatch.setenv("FFPA_PATCH_D512_BACKWARD", env)
+    q, k = torch.empty(shape_q, dtype=getattr(torch, dtype)), torch.empty(shape_k, dtype=getattr(torch, dtype))
+    assert ffpa.triton_backward_problem(q, k) == why
