@@ -50,14 +50,15 @@ def _delta_kernel(OUT, DO, DELTA, s_ob, s_os, s_oh, s_db, s_ds, s_dh, s_lb, s_lh
 
 
 @triton.jit
-def _p_ds_kernel(Q, K, V, DO, LSE, DELTA, P, DS,
+def _p_ds_kernel(Q, K, V, DO, LSE, DELTA, P, DS, DOC,
                  s_qb, s_qs, s_qh, s_kb, s_ks, s_kh, s_lb, s_lh, s_ph, s_pm,
                  b, h0, n_rep, heads_per_kv, seqlen, row0, n_m, n_n, qk_scale_log2,
                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                 GROUP_M: tl.constexpr):
+                 GROUP_M: tl.constexpr, VARLEN: tl.constexpr):
     """One (m, n) tile of one head: S and dP over the full head_dim, then P and dS stored at row
     m - row0 of the strip's scratch. Tiles run in groups of GROUP_M query blocks so that the Q/dO
-    and K/V blocks in flight stay in L2."""
+    and K/V blocks in flight stay in L2. VARLEN: DOC holds each token's document; a tile whose keys all
+    come before its queries' first document is skipped (never written, never read)."""
     pid = tl.program_id(0)
     hc = tl.program_id(1)
     per_group = GROUP_M * n_n
@@ -67,6 +68,9 @@ def _p_ds_kernel(Q, K, V, DO, LSE, DELTA, P, DS,
     pid_n = (pid % per_group) // group_m
     if pid_n * BLOCK_N > pid_m * BLOCK_M + BLOCK_M - 1:
         return
+    if VARLEN:
+        if tl.load(DOC + tl.minimum(pid_n * BLOCK_N + BLOCK_N, seqlen) - 1) < tl.load(DOC + pid_m * BLOCK_M):
+            return
     h = h0 + (hc // heads_per_kv) * n_rep + hc % heads_per_kv
     kvh = h // n_rep
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -90,7 +94,12 @@ def _p_ds_kernel(Q, K, V, DO, LSE, DELTA, P, DS,
     lse = tl.load(LSE + b * s_lb + h * s_lh + offs_m, mask=in_m, other=0.0)
     delta = tl.load(DELTA + b * s_lb + h * s_lh + offs_m, mask=in_m, other=0.0)
     p = tl.math.exp2(acc_s * qk_scale_log2 - lse[:, None] * 1.4426950408889634)
-    p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)
+    visible = offs_m[:, None] >= offs_n[None, :]
+    if VARLEN:
+        doc_m = tl.load(DOC + offs_m, mask=in_m, other=-1)
+        doc_n = tl.load(DOC + offs_n, mask=in_n, other=-2)
+        visible = visible & (doc_m[:, None] == doc_n[None, :])
+    p = tl.where(visible, p, 0.0)
     ds = p * (acc_dp - delta[:, None])
     out = hc * s_ph + (offs_m - row0)[:, None] * s_pm + offs_n[None, :]
     keep = in_m[:, None] & in_n[None, :]
@@ -99,12 +108,13 @@ def _p_ds_kernel(Q, K, V, DO, LSE, DELTA, P, DS,
 
 
 @triton.jit
-def _kv_grad_kernel(A, X, OUT, s_ah, s_am, s_xb, s_xs, s_xh, s_ob, s_os, s_oh,
+def _kv_grad_kernel(A, X, OUT, DOC, CU, s_ah, s_am, s_xb, s_xs, s_xh, s_ob, s_os, s_oh,
                     b, h0, n_rep, seqlen, row0, row1, alpha,
                     HEADS_PER_KV: tl.constexpr, ACCUM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                    BLOCK_K: tl.constexpr):
+                    BLOCK_K: tl.constexpr, VARLEN: tl.constexpr):
     """OUT[b, n, kvh, d] (+)= alpha * sum over the chunk's heads of this KV head and the strip's rows
-    m >= n of A[hc, m - row0, n] * X[b, m, h, d]: dV from (P, dO), dK from (dS, Q)."""
+    m >= n of A[hc, m - row0, n] * X[b, m, h, d]: dV from (P, dO), dK from (dS, Q). VARLEN: rows stop
+    at the end of the block's last document (CU holds the documents' bounds)."""
     pid_n = tl.program_id(0)
     pid_d = tl.program_id(1)
     g = tl.program_id(2)
@@ -114,12 +124,16 @@ def _kv_grad_kernel(A, X, OUT, s_ah, s_am, s_xb, s_xs, s_xh, s_ob, s_os, s_oh,
     in_n = offs_n < seqlen
     acc = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     h_first = h0 + g * n_rep
+    m_end = row1
+    if VARLEN:
+        last_doc = tl.load(DOC + tl.minimum(pid_n * BLOCK_N + BLOCK_N, seqlen) - 1)
+        m_end = tl.minimum(row1, tl.load(CU + last_doc + 1))
     for r in range(HEADS_PER_KV):
         hc = g * HEADS_PER_KV + r
         h = h_first + r
-        for m0 in range(tl.maximum(pid_n * BLOCK_N, row0), row1, BLOCK_K):
+        for m0 in range(tl.maximum(pid_n * BLOCK_N, row0), m_end, BLOCK_K):
             offs_m = m0 + offs_k
-            in_m = offs_m < row1
+            in_m = offs_m < m_end
             a = tl.load(A + hc * s_ah + (offs_m - row0)[:, None] * s_am + offs_n[None, :],
                         mask=in_m[:, None] & in_n[None, :], other=0.0)
             x = tl.load(X + b * s_xb + h * s_xh + offs_m[:, None] * s_xs + offs_d[None, :],
@@ -134,10 +148,11 @@ def _kv_grad_kernel(A, X, OUT, s_ah, s_am, s_xb, s_xs, s_xh, s_ob, s_os, s_oh,
 
 
 @triton.jit
-def _q_grad_kernel(DS, K, DQ, s_ah, s_am, s_kb, s_ks, s_kh, s_qb, s_qs, s_qh,
+def _q_grad_kernel(DS, K, DQ, DOC, CU, s_ah, s_am, s_kb, s_ks, s_kh, s_qb, s_qs, s_qh,
                    b, h0, n_rep, heads_per_kv, seqlen, row0, alpha, n_m_blocks,
-                   BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr):
-    """dQ[b, m, h, d] = alpha * sum over n <= m of dS[hc, m - row0, n] * K[b, n, kvh, d]; longest rows first."""
+                   BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr, VARLEN: tl.constexpr):
+    """dQ[b, m, h, d] = alpha * sum over n <= m of dS[hc, m - row0, n] * K[b, n, kvh, d]; longest rows first.
+    VARLEN: keys start at the block's first document (rounded down to a whole key step)."""
     pid_m = row0 // BLOCK_M + n_m_blocks - 1 - tl.program_id(0)
     pid_d = tl.program_id(1)
     hc = tl.program_id(2)
@@ -149,7 +164,10 @@ def _q_grad_kernel(DS, K, DQ, s_ah, s_am, s_kb, s_ks, s_kh, s_qb, s_qs, s_qh,
     in_m = offs_m < seqlen
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     end = tl.minimum((pid_m + 1) * BLOCK_M, seqlen)
-    for n0 in range(0, end, BLOCK_K):
+    start = 0
+    if VARLEN:
+        start = tl.load(CU + tl.load(DOC + pid_m * BLOCK_M)) // BLOCK_K * BLOCK_K
+    for n0 in range(start, end, BLOCK_K):
         offs_n = n0 + offs_k
         in_n = offs_n < seqlen
         a = tl.load(DS + hc * s_ah + (offs_m - row0)[:, None] * s_am + offs_n[None, :],
@@ -177,9 +195,25 @@ def chunk_plan(hq: int, hkv: int, seqlen: int, budget_bytes: float, block: int =
     return 1, 1, min(rows, seqlen)
 
 
-def backward(dout, q, k, v, out, lse, scale: float, config=None, scratch_bytes: float = SCRATCH_BYTES):
-    """(dq, dk, dv) of causal self-attention from its out and lse; see the module docstring."""
+def backward(dout, q, k, v, out, lse, scale: float, config=None, scratch_bytes: float = SCRATCH_BYTES,
+             cu_seqlens=None):
+    """(dq, dk, dv) of causal self-attention from its out and lse; see the module docstring. With
+    ``cu_seqlens`` (int32, the documents' bounds) the inputs are packed: q/dout/out ``[T, H, D]``,
+    k/v ``[T, Hkv, D]``, lse ``[H, T]``, each document causal on its own, and so are the gradients."""
+    if cu_seqlens is not None:
+        doc = torch.repeat_interleave(torch.arange(cu_seqlens.numel() - 1, device=q.device, dtype=torch.int32),
+                                      (cu_seqlens[1:] - cu_seqlens[:-1]).long(), output_size=q.shape[0])
+        grads = _backward(dout[None], q[None], k[None], v[None], out[None], lse[None], scale, config, scratch_bytes,
+                          doc, cu_seqlens.to(torch.int32))
+        return tuple(g[0] for g in grads)
+    return _backward(dout, q, k, v, out, lse, scale, config, scratch_bytes)
+
+
+def _backward(dout, q, k, v, out, lse, scale, config, scratch_bytes, doc=None, cu=None):
     cfg = config or CONFIG
+    varlen = doc is not None
+    if not varlen:
+        doc = cu = torch.empty(1, device=q.device, dtype=torch.int32)  # not read
     bsz, seqlen, hq, d = q.shape
     hkv = k.shape[2]
     n_rep = hq // hkv
@@ -207,20 +241,20 @@ def backward(dout, q, k, v, out, lse, scale: float, config=None, scratch_bytes: 
                     row1 = min(row0 + rows, seqlen)
                     n_m, n_n = triton.cdiv(row1 - row0, c1["BLOCK_M"]), triton.cdiv(row1, c1["BLOCK_N"])
                     _p_ds_kernel[(n_m * n_n, hc_n)](
-                        q, k, v, dout, lse, delta, p, ds,
+                        q, k, v, dout, lse, delta, p, ds, doc,
                         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                         lse.stride(0), lse.stride(1), p.stride(0), p.stride(1),
-                        b, h0, n_rep, rep_chunk, seqlen, row0, n_m, n_n, scale * LOG2E, HEAD_DIM=d, **c1)
+                        b, h0, n_rep, rep_chunk, seqlen, row0, n_m, n_n, scale * LOG2E, HEAD_DIM=d, VARLEN=varlen, **c1)
                     grid = (triton.cdiv(row1, c2["BLOCK_N"]), d // c2["BLOCK_D"], kv_chunk)
                     for a, x, o, alpha in ((p, dout, dv, 1.0), (ds, q, dk, scale)):
                         _kv_grad_kernel[grid](
-                            a, x, o, a.stride(0), a.stride(1), x.stride(0), x.stride(1), x.stride(2),
+                            a, x, o, doc, cu, a.stride(0), a.stride(1), x.stride(0), x.stride(1), x.stride(2),
                             o.stride(0), o.stride(1), o.stride(2), b, h0, n_rep, seqlen, row0, row1, alpha,
-                            HEADS_PER_KV=rep_chunk, ACCUM=accum and (r0 > 0 or row0 > 0), **c2)
+                            HEADS_PER_KV=rep_chunk, ACCUM=accum and (r0 > 0 or row0 > 0), VARLEN=varlen, **c2)
                     n_mq = triton.cdiv(row1 - row0, c3["BLOCK_M"])
                     _q_grad_kernel[(n_mq, d // c3["BLOCK_D"], hc_n)](
-                        ds, k, dq, ds.stride(0), ds.stride(1), k.stride(0), k.stride(1), k.stride(2),
-                        dq.stride(0), dq.stride(1), dq.stride(2), b, h0, n_rep, rep_chunk, seqlen, row0, scale, n_mq, **c3)
+                        ds, k, dq, doc, cu, ds.stride(0), ds.stride(1), k.stride(0), k.stride(1), k.stride(2),
+                        dq.stride(0), dq.stride(1), dq.stride(2), b, h0, n_rep, rep_chunk, seqlen, row0, scale, n_mq, VARLEN=varlen, **c3)
     if accum:
         dk, dv = dk.to(k.dtype), dv.to(v.dtype)
     return dq, dk, dv

@@ -784,3 +784,25 @@ def test_the_d512_backward_falls_back_to_ffpa_attn_when_its_scratch_does_not_fit
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     assert [key for key in ffpa_kernels.BACKWARDS if ffpa_kernels.BACKWARDS[key] > before[key]] == [
         "ffpa-attn (out of GPU memory for its scratch)"]
+
+
+def test_triton_d512_backward_of_packed_documents_matches_fp32():
+    """The kernel's varlen mode (not yet routed: packed batches run ffpa-attn's backward until this passes
+    on a GPU): documents across and inside tiles, a one-token document, the 31B's heads."""
+    from ffpa_patch.kernels import d512_bwd
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Triton backward serves sm90")
+    torch.manual_seed(0)
+    n, scale = 4096, 512 ** -0.5
+    cu = torch.tensor([0, 700, 701, 2100, 2176, n], device="cuda", dtype=torch.int32)
+    q, k, v = (torch.randn(n, h, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (32, 4, 4))
+    g = torch.randn(n, 32, 512, device="cuda", dtype=torch.bfloat16)
+    out, lse = ffpa_kernels.varlen_lse(q, k, v, cu, 1400, scale)
+    got = d512_bwd.backward(g, q.detach(), k.detach(), v.detach(), out, lse, scale, cu_seqlens=cu)
+    theirs = ffpa_kernels.varlen_bwd(g, q.detach(), k.detach(), v.detach(), out, lse, cu, 1400, scale)
+    qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+    want = torch.autograd.grad(reference.varlen(qf, kf, vf, cu, scale), (qf, kf, vf), g.float())
+    for a, b, ref in zip(got, theirs, want):
+        assert rel_err(a, ref) < 2e-2
+        assert rel_err(a, ref) < 1.5 * rel_err(b, ref) + 1e-3
