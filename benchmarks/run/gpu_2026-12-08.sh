@@ -7,6 +7,7 @@
 #   TT  the GPU tests of the FFPA kernel, now with the Triton backward as its default on sm90
 #   F8  item 5 of issue #40 at 8k: the 31B at full depth (LoRA, checkpointing), ffpa_patch with
 #       FFPA_PATCH_D512_BACKWARD=ffpa-attn (before) and triton (after), one process each
+#   F16 the same at 16k; F12 the 12B at 8k (one 10-minute call each, with F8 if time allows)
 set -u
 [ -f .gpu/activate.sh ] && source .gpu/activate.sh
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
@@ -39,6 +40,18 @@ F8)
   [ -d /tmp/extra ] || python3 -m pip install -q --no-deps --target /tmp/extra .whl-extra/peft-*.whl > /dev/null 2>&1
   for bwd in ${F_BACKWARDS:-ffpa-attn triton}; do
     full ${F_S:-140} 31b 8192 $bwd --vocab 32768 --recipe lora --ckpt plain --steps 4
+  done
+  ;;
+F16)
+  [ -d /tmp/extra ] || python3 -m pip install -q --no-deps --target /tmp/extra .whl-extra/peft-*.whl > /dev/null 2>&1
+  for bwd in ${F_BACKWARDS:-ffpa-attn triton}; do
+    full ${F_S:-240} 31b 16384 $bwd --vocab 32768 --recipe lora --ckpt plain --steps 4
+  done
+  ;;
+F12)
+  [ -d /tmp/extra ] || python3 -m pip install -q --no-deps --target /tmp/extra .whl-extra/peft-*.whl > /dev/null 2>&1
+  for bwd in ${F_BACKWARDS:-ffpa-attn triton}; do
+    full ${F_S:-150} 12b 8192 $bwd --recipe lora --ckpt plain --steps 4
   done
   ;;
 esac; done
