@@ -111,7 +111,7 @@ def _d512_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         try:
             grads = d512_bwd.backward(dout, q, k, v, out, lse, scale)
             BACKWARDS["triton"] += 1
-        except torch.OutOfMemoryError:  # its buffers (~1.3 GB at 31B 16k) come first; ffpa-attn's needs no scratch
+        except torch.cuda.OutOfMemoryError:  # its buffers (~1.3 GB at 31B 16k) come first; ffpa-attn's needs no scratch
             problem = "out of GPU memory for its scratch"
     if grads is None:
         BACKWARDS[f"ffpa-attn ({problem})"] += 1

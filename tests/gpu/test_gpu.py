@@ -776,7 +776,7 @@ def test_the_d512_backward_falls_back_to_ffpa_attn_when_its_scratch_does_not_fit
     monkeypatch.delenv("FFPA_PATCH_D512_BACKWARD")
 
     def no_memory(*args, **kwargs):
-        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
 
     monkeypatch.setattr(d512_bwd, "backward", no_memory)
     before = ffpa_kernels.BACKWARDS.copy()
