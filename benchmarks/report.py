@@ -567,8 +567,46 @@ def report_2026_12_07c(results):
         print("### 2026-12-07-h100-c/cudnn_d512_forward.json\n\n" + "\n".join(lines) + "\n")
 
 
+def d512_backward_plot(rows, path):
+    """ffpa-attn's head_dim-512 backward against ffpa_patch's (Triton), counted TF/s per shape, 1 GiB scratch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if "cfg0" in r and r["scratch_gb"] > 1]
+    labels = [f"{r['model']}\n{r['n'] // 1024}k" for r in rows]
+    xs = range(len(rows))
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    ax.bar([x - 0.2 for x in xs], [r["ffpa_tflops"] for r in rows], 0.4, label="ffpa-attn 0.2.4")
+    ax.bar([x + 0.2 for x in xs], [r["cfg0"]["tflops"] for r in rows], 0.4, label="ffpa_patch (Triton, kernels/d512_bwd.py)")
+    for x, r in zip(xs, rows):
+        ax.text(x + 0.2, r["cfg0"]["tflops"] + 5, f"{r['cfg0']['speedup']:.2f}x", ha="center", fontsize=7)
+    ax.set_xticks(list(xs), labels, fontsize=7)
+    ax.set_ylabel("counted TF/s")
+    ax.set_ylim(0, 540)
+    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    ax.set_title("head_dim-512 causal backward, dense, B=1, bf16, one H100", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def report_2026_12_08(results):
+    """ffpa_patch's head_dim-512 backward against ffpa-attn's (issue: kernels, item 4); one H100."""
+    folder = os.path.join(results, "2026-12-08-h100-b")
+    data = load(folder, "d512_bwd_triton.json")
+    if data:
+        lines = ["| shape (q/kv heads) | tokens | scratch GiB | ffpa-attn ms, TF/s | ffpa_patch ms, TF/s | speed-up |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['model']} ({r['hq']}/{r['hkv']}) | {r['n'] // 1024}k | {r['scratch_gb'] * 1e9 / 2**30:.2f} | "
+                  f"{r['ffpa_ms']:.1f}, {r['ffpa_tflops']:.0f} | {r['cfg0']['ms']:.1f}, {r['cfg0']['tflops']:.0f} | {r['cfg0']['speedup']:.2f}x |"
+                  for r in data["rows"] if "cfg0" in r]
+        print("### 2026-12-08-h100-b/d512_bwd_triton.json\n\n" + "\n".join(lines) + "\n")
+        d512_backward_plot(data["rows"], os.path.join(folder, "d512_bwd.png"))
+
+
 if __name__ == "__main__":
     main()
     report_full(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results")
     report_2026_12_07(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results")
     report_2026_12_07c(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results")
+    report_2026_12_08(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results")
