@@ -47,7 +47,8 @@ def rel_err(a, b):
 
 SWEEP_PDS = ({"GROUP_M": 1}, {"GROUP_M": 16})  # 1: the tile order of 29c8078
 SWEEP_GEMM = ({"BLOCK_D": 128}, {"BLOCK_K": 32, "num_stages": 4})
-HEADS = {"31B": (32, 4), "26B-A4B": (16, 2), "12B": (16, 1), "E2B": (8, 1)}
+HEADS = {"31B": (32, 4), "26B-A4B": (16, 2), "12B": (16, 1), "E2B": (8, 1),
+         "31B-sp8": (4, 1)}  # what one Ulysses rank runs at sp 8: the whole sequence, an eighth of the heads
 
 
 def sweep_configs() -> list[dict]:
@@ -102,7 +103,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out")
     ap.add_argument("--shapes", nargs="+", default=["31B:8192", "31B:16384", "31B:16384:0.25", "31B:32768", "12B:16384", "26B-A4B:16384",
-                             "E2B:16384", "31B:4096", "12B:4096"],
+                             "E2B:16384", "31B:4096", "12B:4096", "31B-sp8:65536", "31B-sp8:131072"],
                     help="MODEL:TOKENS[:SCRATCH_GB] (scratch 1 GiB unless given)")
     ap.add_argument("--sweep", action="store_true", help="try a few tile configs at the first shape")
     ap.add_argument("--budget-s", type=float, default=300)

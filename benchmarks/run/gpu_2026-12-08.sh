@@ -3,7 +3,7 @@
 # with OUT set to a folder and COMMIT to the commit under test, from the repository root, on a GPU machine
 # (.gpu/activate.sh puts ffpa-attn and flash-attn-4 on the path; peft comes from .whl-extra).
 #   T   ffpa_patch's Triton head_dim-512 backward against ffpa-attn's (benchmarks/probes/d512_bwd_triton.py):
-#       a tile-order / tile-size sweep at 31B 8k, then the released shapes 4k-32k
+#       a tile-order / tile-size sweep at 31B 8k, then the released shapes 4k-32k and one sp-8 Ulysses rank at 64k/128k
 #   TT  the GPU tests of the FFPA kernel, now with the Triton backward as its default on sm90
 #   F8  item 5 of issue #40 at 8k: the 31B at full depth (LoRA, checkpointing), ffpa_patch with
 #       FFPA_PATCH_D512_BACKWARD=ffpa-attn (before) and triton (after), one process each
