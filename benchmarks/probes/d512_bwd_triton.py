@@ -17,28 +17,16 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from ffpa_patch.kernels import reference
 from ffpa_patch.kernels.d512_bwd import CONFIG as DEFAULT_CFG
 from ffpa_patch.kernels.d512_bwd import backward, chunk_plan
 
 
-def d512_backward(dout, q, k, v, out, lse, scale, cfg=DEFAULT_CFG, scratch_bytes=1 << 30):
-    return backward(dout, q, k, v, out, lse, scale, cfg, scratch_bytes)
-
-
-def reference(q, k, v, dout, scale):
-    """fp32 autograd reference: out, lse (nats), dq, dk, dv."""
-    n_rep = q.shape[2] // k.shape[2]
+def fp32_reference(q, k, v, dout, scale):
+    """out, lse (nats), dq, dk, dv in fp32, from ffpa_patch's reference kernels."""
     qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
-    qh = qf.transpose(1, 2)
-    kh = kf.transpose(1, 2).repeat_interleave(n_rep, 1)
-    vh = vf.transpose(1, 2).repeat_interleave(n_rep, 1)
-    s = qh @ kh.transpose(-1, -2) * scale
-    n = q.shape[1]
-    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    lse = torch.logsumexp(s, -1)
-    o = (torch.softmax(s, -1) @ vh).transpose(1, 2)
-    o.backward(dout.float())
-    return o.detach(), lse.detach(), qf.grad, kf.grad, vf.grad
+    grads = torch.autograd.grad(reference.attention(qf, kf, vf, scale), (qf, kf, vf), dout.float())
+    return (*reference.attention_lse(qf.detach(), kf.detach(), vf.detach(), scale), *grads)
 
 
 def rel_err(a, b):
@@ -65,9 +53,9 @@ def exactness_row() -> dict:
     ops, scale = torch.ops.ffpa_attn, 512 ** -0.5
     torch.manual_seed(0)
     q, k, v, dout = (torch.randn(1, 2048, h, 512, device="cuda", dtype=torch.bfloat16) for h in (32, 4, 4, 32))
-    _, lse, rq, rk, rv = reference(q, k, v, dout, scale)
+    _, lse, rq, rk, rv = fp32_reference(q, k, v, dout, scale)
     out, flse = ops._fwd_cute(q, k, v, scale, 1, 1)
-    ours = d512_backward(dout, q, k, v, out, flse, scale)
+    ours = backward(dout, q, k, v, out, flse, scale)
     theirs = ops._bwd_cute(dout, q, k, v, out, flse, scale, 1, 0)
     return {"check": "31B heads, 2k, vs fp32", "lse_max_abs_diff_vs_ref": (flse.float() - lse).abs().max().item(),
             "ours_rel_err": [rel_err(x, r) for x, r in zip(ours, (rq, rk, rv))],
@@ -88,9 +76,9 @@ def timing_row(model: str, n: int, scratch_gb: float, cfgs: list[dict], cuda_ms,
         theirs = ops._bwd_cute(dout, q, k, v, out, lse, scale, 1, 0)
         row.update(ffpa_ms=ffpa_ms, ffpa_tflops=flop / ffpa_ms / 1e9)
         for ci, cfg in enumerate(cfgs):
-            ms = cuda_ms(lambda c=cfg: d512_backward(dout, q, k, v, out, lse, scale, cfg=c,
+            ms = cuda_ms(lambda c=cfg: backward(dout, q, k, v, out, lse, scale, config=c,
                                                               scratch_bytes=scratch_gb * 1e9), warmup=1, iters=3)
-            ours = d512_backward(dout, q, k, v, out, lse, scale, cfg=cfg, scratch_bytes=scratch_gb * 1e9)
+            ours = backward(dout, q, k, v, out, lse, scale, config=cfg, scratch_bytes=scratch_gb * 1e9)
             row[f"cfg{ci}"] = {"cfg": cfg, "ms": ms, "tflops": flop / ms / 1e9, "speedup": ffpa_ms / ms,
                                "rel_diff_vs_ffpa": [rel_err(x, y) for x, y in zip(ours, theirs)]}
             if time.time() > deadline:

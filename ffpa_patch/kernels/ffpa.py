@@ -16,7 +16,7 @@ from collections import Counter
 import torch
 
 from .. import env
-from . import disk_cache, import_problem, machine_fact, refusal
+from . import disk_cache, dtype_problem, import_problem, machine_fact, refusal
 from .catalog import FFPA
 
 #: which backward ran, and why not the Triton one: ``{"triton": n, "ffpa-attn (why)": m}``
@@ -90,8 +90,8 @@ def triton_backward_problem(q, k) -> str | None:
     if q.shape[1] % 128:
         # the kernel masks partial tiles (checked on a CPU in Triton's interpreter); not yet run so on a GPU
         return f"length {q.shape[1]} not a multiple of 128 (not yet verified on a GPU)"
-    if q.dtype not in (torch.bfloat16, torch.float16):
-        return f"dtype {q.dtype}"
+    if problem := dtype_problem(FFPA, q.dtype):
+        return problem
     major, minor = torch.cuda.get_device_capability(q.device)
     if major != 9:
         return f"sm{major}{minor} (measured on sm90 only)"
