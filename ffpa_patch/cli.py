@@ -53,6 +53,7 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
     data["checked"] = check
     if check:
         data["kernels"], kernels_run = _kernel_report()
+        data["d512_backward"] = _backward_report()
         verdict = "the fused kernels run here" if kernels_run else "the fused kernels cannot run here: see the kernel lines"
         data["transformers_internals"] = _internals()
     else:
@@ -83,6 +84,8 @@ def _status(as_json: bool, config: str | None = None, check: bool = False) -> in
     for name, why in data["kernels"].items():
         print(f"    {name:<34} {why or 'usable'}")
     print(f"  fused kernels here: {verdict}" + ("" if check else f" (judged by name; {CHECK_HINT})"))
+    if check:
+        print(f"  full layers' backward (FFPA, head_dim 512): {data['d512_backward']}")
     if check:
         problems = data["transformers_internals"]
         print("  Transformers internals ffpa_patch relies on: " + ("all found" if not problems else ""))
@@ -130,6 +133,23 @@ def _kernel_report() -> tuple[dict, bool]:
                 for label, (info, why) in rows.items()}, fused_full
     except Exception as exc:
         return {"torch": f"not importable ({exc})"}, False
+
+
+def _backward_report() -> str:
+    """Which backward the FFPA full layers run on this machine (FFPA_PATCH_D512_BACKWARD, the GPU,
+    triton); a call's shape can still send it to ffpa-attn's, which status() then counts."""
+    try:
+        import torch
+
+        from ffpa_patch.kernels import ffpa
+
+        dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+        if problem := ffpa.unsupported(dev, torch.bfloat16, 512):
+            return f"none: FFPA does not run here ({problem})"
+        why = ffpa.triton_backward_unavailable(dev)
+        return "ffpa_patch's Triton kernel (kernels/d512_bwd.py)" if why is None else f"ffpa-attn's ({why})"
+    except Exception as exc:
+        return f"could not check: {type(exc).__name__}: {exc}"
 
 
 def _internals() -> list[str]:

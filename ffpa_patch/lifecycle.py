@@ -322,7 +322,7 @@ class Lifecycle:
 
     @_locked
     def status(self) -> Status:
-        compiles, kernel_cache = kernels.report()
+        compiles, kernel_cache, backwards = kernels.report()
         return Status(
             active=self.is_applied(),
             strict=policy.current.strict,
@@ -333,4 +333,5 @@ class Lifecycle:
             routes=_stats.snapshot(),
             compiles=compiles,
             kernel_cache=kernel_cache,
+            backwards=backwards,
         )

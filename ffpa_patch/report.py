@@ -17,6 +17,7 @@ class Status:
     routes: list[dict] = field(default_factory=list)
     compiles: dict = field(default_factory=dict)  # {"flex_attention": compiles, "ffpa-attn": kernels held, ...}
     kernel_cache: dict = field(default_factory=dict)  # package -> where its compiled kernels are kept
+    backwards: dict = field(default_factory=dict)  # the FFPA full layers' backward: {"triton": n, "ffpa-attn (why)": m}
 
     def as_dict(self) -> dict:
         data = asdict(self)
@@ -41,6 +42,9 @@ class Status:
             else:
                 lines.append(f"  {what} kernels built or loaded: {n} (one per dtype/head_dim/pass/varlen, never per length: "
                              "a count that grows every step means recompiling)")
+        if self.backwards:
+            lines.append("  full layers' backward (head_dim 512; count): "
+                         + ", ".join(f"{which} {n}" for which, n in self.backwards.items()))
         for package, where in self.kernel_cache.items():
             lines.append(f"  {package} compiled kernels: {where}")
         return "\n".join(lines)

@@ -72,11 +72,13 @@ def test_status_json_schema():
     assert names["ffpa_backend"] == "applied" and names["gemma4_dropin"] == "applied"
     assert any(v["name"] == "transformers" and v["ok"] for v in data["versions"])
     assert data["checked"] is True
+    assert data["d512_backward"].startswith("none: FFPA does not run here")  # a CPU: no full-layer kernel, no backward
 
 
 def test_status_text_names_patches_and_kernels():
     out = run_python("from ffpa_patch.cli import main; main(['status', '--check'])")
     assert "gemma4_dropin" in out and "kernels on this machine" in out
+    assert "full layers' backward (FFPA, head_dim 512): none: FFPA does not run here" in out
 
 
 def test_plain_status_imports_neither_torch_nor_transformers_and_says_so():

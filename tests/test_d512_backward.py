@@ -114,3 +114,34 @@ def test_the_calls_the_triton_backward_leaves_to_ffpa_attn_say_why(monkeypatch, 
     monkeypatch.setenv("FFPA_PATCH_D512_BACKWARD", env)
     q, k = torch.empty(shape_q, dtype=getattr(torch, dtype)), torch.empty(shape_k, dtype=getattr(torch, dtype))
     assert ffpa.triton_backward_problem(q, k) == why
+
+
+def test_what_status_check_says_of_the_triton_backward_on_a_device(monkeypatch):
+    """The device-wide reasons (the switch first, then the device) that `ffpa-patch status --check`
+    prints; the per-call ones are above."""
+    import torch
+
+    from ffpa_patch.kernels import ffpa
+
+    monkeypatch.delenv("FFPA_PATCH_D512_BACKWARD", raising=False)
+    assert ffpa.triton_backward_unavailable(torch.device("cpu")) == "cpu (it runs on CUDA GPUs)"
+    monkeypatch.setenv("FFPA_PATCH_D512_BACKWARD", "ffpa-attn")
+    assert ffpa.triton_backward_unavailable(torch.device("cpu")) == "FFPA_PATCH_D512_BACKWARD=ffpa-attn"
+
+
+def test_status_counts_each_backward_the_full_layers_ran(monkeypatch):
+    """ffpa_patch.status() reports kernels/ffpa.py's count of which backward ran and why (the op that
+    counts needs a GPU: tests/gpu checks the count after a real backward); none listed before any ran."""
+    from collections import Counter
+
+    import ffpa_patch
+    from ffpa_patch.kernels import ffpa
+
+    monkeypatch.setattr(ffpa, "BACKWARDS", Counter())
+    assert ffpa_patch.status().backwards == {} and "full layers' backward" not in str(ffpa_patch.status())
+    ffpa.BACKWARDS.update({"triton": 96, "ffpa-attn (length 1000 not a multiple of 128)": 4})
+    status = ffpa_patch.status()
+    assert status.backwards == {"triton": 96, "ffpa-attn (length 1000 not a multiple of 128)": 4}
+    assert status.as_dict()["backwards"] == status.backwards
+    assert ("  full layers' backward (head_dim 512; count): triton 96, "
+            "ffpa-attn (length 1000 not a multiple of 128) 4") in str(status).splitlines()

@@ -356,9 +356,9 @@ def on_revert() -> None:
         _loaded("disk_cache").restore()
 
 
-def report() -> tuple[dict, dict]:
-    """(kernel builds this process did, where each package keeps compiled kernels), read
-    from loaded modules only: nothing is imported."""
+def report() -> tuple[dict, dict, dict]:
+    """(kernel builds this process did, where each package keeps compiled kernels, which backward
+    the FFPA full layers ran and how often), read from loaded modules only: nothing is imported."""
     from . import jit_count
 
     compiles = {}
@@ -367,4 +367,5 @@ def report() -> tuple[dict, dict]:
         compiles["flex_attention"] = flex.compiles()
     compiles.update(jit_count.counts())
     disk = _loaded("disk_cache")
-    return compiles, (disk.report() if disk is not None else {})
+    ffpa = _loaded("ffpa")
+    return compiles, (disk.report() if disk is not None else {}), (dict(ffpa.BACKWARDS) if ffpa is not None else {})

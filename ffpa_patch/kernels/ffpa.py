@@ -92,7 +92,17 @@ def triton_backward_problem(q, k) -> str | None:
         return f"length {q.shape[1]} not a multiple of 128 (not yet verified on a GPU)"
     if problem := dtype_problem(FFPA, q.dtype):
         return problem
-    major, minor = torch.cuda.get_device_capability(q.device)
+    return triton_backward_unavailable(q.device)
+
+
+def triton_backward_unavailable(device: torch.device) -> str | None:
+    """Why kernels/d512_bwd.py runs no backward on ``device`` whatever the shapes (the switch, the
+    GPU's generation, triton), or None: what `ffpa-patch status --check` reports."""
+    if env.d512_backward() != "triton":
+        return "FFPA_PATCH_D512_BACKWARD=ffpa-attn"
+    if device.type != "cuda":
+        return f"{device.type} (it runs on CUDA GPUs)"
+    major, minor = torch.cuda.get_device_capability(device)
     if major != 9:
         return f"sm{major}{minor} (measured on sm90 only)"
     return _triton_import_error()

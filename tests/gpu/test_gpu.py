@@ -714,6 +714,7 @@ def test_triton_d512_backward_matches_fp32_and_says_it_ran(monkeypatch, shape, d
         runs[choice] = torch.autograd.grad(out, (q, k, v), g)
         ran = [key for key in ffpa_kernels.BACKWARDS if ffpa_kernels.BACKWARDS[key] > before[key]]
         assert ran == (["triton"] if choice == "triton" else ["ffpa-attn (FFPA_PATCH_D512_BACKWARD=ffpa-attn)"])
+        assert ffpa_patch.status().backwards[ran[0]] == ffpa_kernels.BACKWARDS[ran[0]]  # what the user sees
     qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
     want = torch.autograd.grad(reference.attention(qf, kf, vf, 512 ** -0.5), (qf, kf, vf), g.float())
     for got, theirs, ref in zip(runs["triton"], runs["ffpa-attn"], want):
