@@ -103,17 +103,19 @@ def test_chunk_plan_keeps_the_scratch_within_budget():
     ("", (1, 128, 8, 512), (1, 256, 1, 512), "bfloat16", "fewer queries than keys"),
     ("", (1, 1000, 8, 512), (1, 1000, 1, 512), "bfloat16", "length 1000 not a multiple of 128 (not yet verified on a GPU)"),
     ("triton", (1, 256, 8, 512), (1, 256, 1, 512), "float32", "dtype torch.float32 (FFPA needs fp16/bf16)"),
+    ("", (4096, 32, 512), (4096, 4, 512), "bfloat16", "packed documents (not yet verified on a GPU)"),
+    ("ffpa-attn", (4096, 32, 512), (4096, 4, 512), "bfloat16", "FFPA_PATCH_D512_BACKWARD=ffpa-attn"),
 ])
 def test_the_calls_the_triton_backward_leaves_to_ffpa_attn_say_why(monkeypatch, env, shape_q, shape_k, dtype, why):
     """What kernels/ffpa.py decides before it asks the GPU: each refusal with its reason (the reason is
-    what ffpa.BACKWARDS counts and `ffpa-patch doctor` prints)."""
+    what ffpa.BACKWARDS counts, status() reports and `ffpa-patch doctor` prints). Rank 3: packed."""
     import torch
 
     from ffpa_patch.kernels import ffpa
 
     monkeypatch.setenv("FFPA_PATCH_D512_BACKWARD", env)
     q, k = torch.empty(shape_q, dtype=getattr(torch, dtype)), torch.empty(shape_k, dtype=getattr(torch, dtype))
-    assert ffpa.triton_backward_problem(q, k) == why
+    assert ffpa.triton_backward_problem(q, k, packed=q.dim() == 3) == why
 
 
 def test_what_status_check_says_of_the_triton_backward_on_a_device(monkeypatch):

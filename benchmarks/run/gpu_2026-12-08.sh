@@ -5,6 +5,7 @@
 #   T   ffpa_patch's Triton head_dim-512 backward against ffpa-attn's (benchmarks/probes/d512_bwd_triton.py):
 #       a tile-order / tile-size sweep at 31B 8k, then the released shapes 4k-32k and one sp-8 Ulysses rank at 64k/128k
 #   TT  the GPU tests of the FFPA kernel, now with the Triton backward as its default on sm90
+#   TA  every GPU test (packed batches now run ffpa_patch's FFPAVarlen in place of ffpa_attn_varlen_func)
 #   F8  item 5 of issue #40 at 8k: the 31B at full depth (LoRA, checkpointing), ffpa_patch with
 #       FFPA_PATCH_D512_BACKWARD=ffpa-attn (before) and triton (after), one process each
 #   F16 the same at 16k; F12 the 12B at 8k (one 10-minute call each, with F8 if time allows)
@@ -35,6 +36,11 @@ TT)
     -k "triton_d512 or d512_backward or released_full_layer or bitwise_repeatable_at or share_storage or first_call or compiles_fullgraph or lse_entry or low_copy or ulysses_rank or image_blocks_on" \
     2>&1 | tail -40 > $OUT/gpu-tests-d512.log
   stamp "done: $(tail -1 $OUT/gpu-tests-d512.log)"
+  ;;
+TA)
+  stamp "all gpu tests"
+  timeout ${TESTS_S:-540} python -m pytest -m gpu -q -p no:cacheprovider --durations=12 tests/gpu 2>&1 | tail -60 > $OUT/gpu-tests-all.log
+  stamp "done: $(tail -1 $OUT/gpu-tests-all.log)"
   ;;
 F8)
   [ -d /tmp/extra ] || python3 -m pip install -q --no-deps --target /tmp/extra .whl-extra/peft-*.whl > /dev/null 2>&1

@@ -1,11 +1,13 @@
-"""ffpa-attn for head_dim > 256: a low-copy autograd Function and the varlen call.
+"""ffpa-attn for head_dim > 256: low-copy autograd Functions (dense, varlen) and the backward ops.
 
 Gemma4 builds q/k/v as ``[B, S, H, D]`` and hands the attention function
 ``[B, H, S, D]`` transposed views; the CuTeDSL ops read ``[B, S, H, D]``
 directly. ``FFPADense`` passes those storages straight to
-``torch.ops.ffpa_attn._fwd_cute`` / ``_bwd_cute``, saves views (no
-``.contiguous()`` copies) and returns ``[B, S, H, D]``, which is what the
-attention interface must return. The ops exist only after
+``torch.ops.ffpa_attn._fwd_cute``, saves views (no ``.contiguous()``
+copies) and returns ``[B, S, H, D]``, which is what the attention interface
+must return; ``FFPAVarlen`` does the same for packed ``[T, H, D]``. Their
+backwards are ffpa_patch's custom ops, which run kernels/d512_bwd.py or
+ffpa-attn's ``_bwd_cute`` / ``_varlen_bwd_cute``. The ops exist only after
 ``import ffpa_attn.cute``; everything here is resolved lazily.
 """
 from __future__ import annotations
@@ -79,12 +81,16 @@ def _triton_import_error() -> str | None:
     return import_problem("triton", "triton")
 
 
-def triton_backward_problem(q, k) -> str | None:
-    """Why the causal dense backward of these tensors does not run kernels/d512_bwd.py, or None."""
+def triton_backward_problem(q, k, packed: bool = False) -> str | None:
+    """Why the causal backward of these tensors (``[B, S, H, D]``, or ``packed`` ``[T, H, D]``
+    documents) does not run kernels/d512_bwd.py, or None."""
     if env.d512_backward() != "triton":
         return "FFPA_PATCH_D512_BACKWARD=ffpa-attn"
     if q.shape[-1] != 512:
         return f"head_dim {q.shape[-1]} (it serves 512)"
+    if packed:
+        # the kernel's varlen mode passes in Triton's interpreter (tests/test_d512_backward.py); not yet run on a GPU
+        return "packed documents (not yet verified on a GPU)"
     if q.shape[1] != k.shape[1]:
         return "fewer queries than keys"
     if q.shape[1] % 128:
@@ -108,30 +114,87 @@ def triton_backward_unavailable(device: torch.device) -> str | None:
     return _triton_import_error()
 
 
+def _backward(problem: str | None, triton_call, ffpa_attn_call, packed: bool = False):
+    """kernels/d512_bwd.py's backward when ``problem`` is None and its scratch fits, else ffpa-attn's;
+    counted in BACKWARDS with the reason. Contiguous grads: the layout both fakes promise."""
+    grads = None
+    if problem is None:
+        try:
+            grads = triton_call()
+            BACKWARDS["triton (packed)" if packed else "triton"] += 1
+        except torch.cuda.OutOfMemoryError:  # its buffers (~1.3 GB at 31B 16k) come first; ffpa-attn's needs no scratch
+            problem = "out of GPU memory for its scratch"
+    if grads is None:
+        BACKWARDS[f"ffpa-attn ({problem})"] += 1
+        grads = ffpa_attn_call()
+    return tuple(g.contiguous() for g in grads)
+
+
 @torch.library.custom_op("ffpa_patch::d512_backward", mutates_args=())
 def _d512_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                    lse: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The causal dense backward: kernels/d512_bwd.py where it serves the call, else ffpa-attn's. One
     opaque op, so the choice (environment, device) is made when it runs, also under torch.compile."""
-    problem = triton_backward_problem(q, k)
-    grads = None
-    if problem is None:
+    def triton_call():
         from . import d512_bwd
 
-        try:
-            grads = d512_bwd.backward(dout, q, k, v, out, lse, scale)
-            BACKWARDS["triton"] += 1
-        except torch.cuda.OutOfMemoryError:  # its buffers (~1.3 GB at 31B 16k) come first; ffpa-attn's needs no scratch
-            problem = "out of GPU memory for its scratch"
-    if grads is None:
-        BACKWARDS[f"ffpa-attn ({problem})"] += 1
-        grads = torch.ops.ffpa_attn._bwd_cute(dout, q, k, v, out, lse, scale, 1, 0)
-    return tuple(g.contiguous() for g in grads)  # the layout the fake below promises, whichever ran
+        return d512_bwd.backward(dout, q, k, v, out, lse, scale)
+
+    return _backward(triton_backward_problem(q, k), triton_call,
+                     lambda: torch.ops.ffpa_attn._bwd_cute(dout, q, k, v, out, lse, scale, 1, 0))
 
 
 @_d512_backward.register_fake
 def _(dout, q, k, v, out, lse, scale):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+@torch.library.custom_op("ffpa_patch::d512_varlen_backward", mutates_args=())
+def _d512_varlen_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                          lse: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
+                          scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The causal backward of packed ``[T, H, D]`` documents (lse ``[H, T]``), chosen as the dense one."""
+    def triton_call():
+        from . import d512_bwd
+
+        return d512_bwd.backward(dout, q, k, v, out, lse, scale, cu_seqlens=cu_seqlens)
+
+    def ffpa_attn_call():
+        return torch.ops.ffpa_attn._varlen_bwd_cute(q, k, v, out, dout, lse, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                                                    scale, True, _no_window(), _no_window(), 0.0, None)
+
+    return _backward(triton_backward_problem(q, k, packed=True), triton_call, ffpa_attn_call, packed=True)
+
+
+@_d512_varlen_backward.register_fake
+def _(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+class FFPAVarlen(torch.autograd.Function):
+    """Causal FFPA over packed ``[T, H, D]`` documents: ffpa-attn's varlen forward op, and the backward
+    ``ffpa_patch::d512_varlen_backward`` chooses (in place of ffpa_attn_varlen_func, whose backward is
+    always ffpa-attn's)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_seqlens, max_seqlen: int, scale: float):
+        out, lse = _varlen_forward(q, k, v, cu_seqlens, max_seqlen, scale)
+        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens)
+        ctx.max_seqlen, ctx.scale = max_seqlen, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse, cu_seqlens = ctx.saved_tensors
+        dq, dk, dv = torch.ops.ffpa_patch.d512_varlen_backward(dout.contiguous(), q, k, v, out, lse, cu_seqlens,
+                                                                ctx.max_seqlen, ctx.scale)
+        return dq, dk, dv, None, None, None
+
+
+def _varlen_forward(q, k, v, cu_seqlens, max_seqlen: int, scale: float):
+    """ffpa-attn's causal varlen forward op: out ``[T, H, D]``, lse ``[H, T]`` (fp32, nats)."""
+    return torch.ops.ffpa_attn._varlen_fwd_cute(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, scale, True,
+                                                _no_window(), _no_window(), 0.0, q.shape[-2] != k.shape[-2])
 
 
 def dense(q, k, v, scale: float, window: int | None = None, deterministic: bool = False):
@@ -144,13 +207,9 @@ def dense(q, k, v, scale: float, window: int | None = None, deterministic: bool 
 
 
 def varlen(q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int | None = None, deterministic: bool = False):
-    from ffpa_attn import ffpa_attn_varlen_func
-
     assert window is None, "FFPA serves full-attention layers only"
-    return ffpa_attn_varlen_func(
-        q, k, _unaliased(k, v), cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-        causal=True, enable_gqa=q.shape[-2] != k.shape[-2], softmax_scale=scale,
-    )
+    _need_ops()
+    return FFPAVarlen.apply(q, k, _unaliased(k, v), cu_seqlens, max_seqlen, scale)
 
 
 # -- with the log-sum-exp (kernels/blocks.py merges image blocks by it): forward without autograd,
@@ -176,11 +235,9 @@ def varlen_lse(q, k, v, cu_seqlens, max_seqlen: int, scale: float, window: int |
     assert window is None, "FFPA serves full-attention layers only"
     _need_ops()
     with torch.no_grad():
-        return torch.ops.ffpa_attn._varlen_fwd_cute(q, k, _unaliased(k, v), cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, scale, True,
-                                                    _no_window(), _no_window(), 0.0, q.shape[-2] != k.shape[-2])
+        return _varlen_forward(q, k, _unaliased(k, v), cu_seqlens, max_seqlen, scale)
 
 
 def varlen_bwd(dout, q, k, v, out, lse, cu_seqlens, max_seqlen: int, scale: float, window: int | None = None,
                deterministic: bool = False):
-    return torch.ops.ffpa_attn._varlen_bwd_cute(q, k, v, out, dout, lse, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-                                                scale, True, _no_window(), _no_window(), 0.0, None)
+    return torch.ops.ffpa_patch.d512_varlen_backward(dout, q, k, v, out, lse, cu_seqlens, max_seqlen, scale)

@@ -787,10 +787,12 @@ def test_the_d512_backward_falls_back_to_ffpa_attn_when_its_scratch_does_not_fit
         "ffpa-attn (out of GPU memory for its scratch)"]
 
 
-def test_triton_d512_backward_of_packed_documents_matches_fp32():
-    """The kernel's varlen mode (not yet routed: packed batches run ffpa-attn's backward until this passes
-    on a GPU): documents across and inside tiles, a one-token document, the 31B's heads."""
+def test_triton_d512_backward_of_packed_documents_matches_fp32(monkeypatch):
+    """The kernel's varlen mode (packed batches run ffpa-attn's backward until this passes on a GPU:
+    kernels/ffpa.py's guard): documents across and inside tiles, a one-token document, the 31B's heads."""
     from ffpa_patch.kernels import d512_bwd
+
+    monkeypatch.setenv("FFPA_PATCH_D512_BACKWARD", "ffpa-attn")  # `theirs` below: ffpa-attn's, guard or no guard
 
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Triton backward serves sm90")
@@ -807,3 +809,31 @@ def test_triton_d512_backward_of_packed_documents_matches_fp32():
     for a, b, ref in zip(got, theirs, want):
         assert rel_err(a, ref) < 2e-2
         assert rel_err(a, ref) < 1.5 * rel_err(b, ref) + 1e-3
+
+
+def test_packed_documents_through_ffpa_patch_varlen_function_equal_ffpa_attn_varlen_func():
+    """kernels/ffpa.py's FFPAVarlen (ffpa-attn's varlen forward op, the backward its own op chooses) in
+    place of ffpa_attn_varlen_func: the same out and gradients bit for bit while packed batches run
+    ffpa-attn's backward, and the count says why."""
+    from ffpa_attn import ffpa_attn_varlen_func
+
+    torch.manual_seed(0)
+    n, scale = 4096, 512 ** -0.5
+    cu = torch.tensor([0, 700, 701, 2100, 2176, n], device="cuda", dtype=torch.int32)
+    q, k, v = (torch.randn(n, h, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (32, 4, 4))
+    g = torch.randn(n, 32, 512, device="cuda", dtype=torch.bfloat16)
+    problem = ffpa_kernels.triton_backward_problem(q, k, packed=True)
+    before = ffpa_kernels.BACKWARDS.copy()
+    out = ffpa_kernels.varlen(q, k, v, cu, 1400, scale)
+    got = torch.autograd.grad(out, (q, k, v), g)
+    assert [key for key in ffpa_kernels.BACKWARDS if ffpa_kernels.BACKWARDS[key] > before[key]] == [
+        "triton (packed)" if problem is None else f"ffpa-attn ({problem})"]
+    theirs = ffpa_attn_varlen_func(q, k, v, cu, cu, 1400, 1400, causal=True, enable_gqa=True, softmax_scale=scale)
+    want = torch.autograd.grad(theirs, (q, k, v), g)
+    assert torch.equal(out, theirs)
+    if problem is not None:
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+    qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+    ref = torch.autograd.grad(reference.varlen(qf, kf, vf, cu, scale), (qf, kf, vf), g.float())
+    for a, r in zip(got, ref):
+        assert rel_err(a, r) < 2e-2
