@@ -1,6 +1,6 @@
 """The Triton head_dim-512 backward (kernels/d512_bwd.py), its index math run on a CPU by Triton's
 interpreter against fp32 autograd: GQA groups whole and split, strips of query rows, lengths that are
-not a multiple of the tile, batches. The interpreter mishandles bf16, so these run in fp32; the GPU
+not a multiple of the tile, batches, packed documents; in small tiles, then in the GPU's own. The interpreter mishandles bf16, so these run in fp32; the GPU
 tests check bf16/fp16 numerics and speed is measured in benchmarks/. The kernel tests skip where triton
 is absent; which calls it leaves to ffpa-attn's backward, and why, is checked everywhere."""
 import json
@@ -41,6 +41,20 @@ for n, hq, hkv, bounds, budget in json.loads(VARLEN_CASES):
     got = d512_bwd.backward(dout, q.detach(), k.detach(), v.detach(), out, lse, scale, TINY, budget, cu)
     err = [((a - b).norm() / b.norm()).item() for a, b in zip(got, grads)]
     rows.append({"case": [n, hq, hkv, bounds, budget], "err": err})
+for n, hq, hkv, bounds, budget in json.loads(PRODUCTION_CASES):  # the GPU's tile config (config=None)
+    torch.manual_seed(n)
+    shape = (n,) if bounds else (1, n)
+    q, k, v = (torch.randn(*shape, h, 512, requires_grad=True) for h in (hq, hkv, hkv))
+    dout = torch.randn(*shape, hq, 512)
+    scale = 512 ** -0.5
+    cu = torch.tensor(bounds, dtype=torch.int32) if bounds else None
+    want = reference.varlen(q, k, v, cu, scale) if bounds else reference.attention(q, k, v, scale)
+    grads = torch.autograd.grad(want, (q, k, v), dout)
+    fwd = reference.varlen_lse(q.detach(), k.detach(), v.detach(), cu, scale) if bounds else \
+        reference.attention_lse(q.detach(), k.detach(), v.detach(), scale)
+    got = d512_bwd.backward(dout, q.detach(), k.detach(), v.detach(), *fwd, scale, None, budget, cu)
+    err = [((a - b).norm() / b.norm()).item() for a, b in zip(got, grads)]
+    rows.append({"case": [n, hq, hkv, bounds, budget], "plan": d512_bwd.chunk_plan(hq, hkv, n, budget, 128, 4), "err": err})
 print(json.dumps(rows))
 """
 
@@ -58,6 +72,14 @@ VARLEN_CASES = [
     (64, 2, 1, [0, 64], 1e9),  # one document: the dense path's result
     (90, 2, 1, [0, 17, 18, 50, 90], 2 * 4 * 90 * 32),  # a one-token document; strips of 32 rows
 ]
+#: the H100 tile config itself (128x128 tiles, 256-wide GEMM columns, grouped tile order): (tokens, query
+#: heads, KV heads, cu_seqlens or None for one dense sequence, scratch bytes) -> the (KV heads, heads, rows) plan
+PRODUCTION_CASES = [
+    (300, 2, 1, None, 1e9),  # a partial last tile (300 = 2 x 128 + 44): the guard in kernels/ffpa.py
+    (300, 4, 2, None, 2 * 4 * 300 * 128),  # strips of 128 rows, the last one partial
+    (400, 2, 1, [0, 5, 130, 131, 300, 400], 1e9),  # packed: documents inside and across 128-token tiles
+]
+PRODUCTION_PLANS = [[1, 2, 300], [1, 1, 128], [1, 2, 400]]
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +88,8 @@ def interpreted():
     env = {**os.environ, "TRITON_INTERPRET": "1", "CASES": json.dumps(CASES), "VARLEN_CASES": json.dumps(VARLEN_CASES)}
     code = WORKER.replace("json.loads(CASES)", "json.loads(__import__('os').environ['CASES'])")
     code = code.replace("json.loads(VARLEN_CASES)", "json.loads(__import__('os').environ['VARLEN_CASES'])")
+    code = code.replace("json.loads(PRODUCTION_CASES)", "json.loads(__import__('os').environ['PRODUCTION_CASES'])")
+    env["PRODUCTION_CASES"] = json.dumps(PRODUCTION_CASES)
     run = subprocess.run([sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -82,6 +106,15 @@ def test_triton_d512_backward_matches_fp32_autograd(interpreted, index):
 def test_triton_d512_backward_of_packed_documents_matches_fp32_autograd(interpreted, index):
     row = interpreted[len(CASES) + index]
     assert row["case"][3] == VARLEN_CASES[index][3]
+    assert max(row["err"]) < 1e-4, row
+
+
+@pytest.mark.parametrize("index", range(len(PRODUCTION_CASES)))
+def test_triton_d512_backward_with_the_gpu_tile_config_matches_fp32_autograd(interpreted, index):
+    """The tiles the GPU runs, not the small ones above: what the guards in kernels/ffpa.py (lengths not a
+    multiple of 128, packed documents) wait on, short of the GPU run itself."""
+    row = interpreted[len(CASES) + len(VARLEN_CASES) + index]
+    assert row["case"][3] == PRODUCTION_CASES[index][3] and row["plan"] == PRODUCTION_PLANS[index]
     assert max(row["err"]) < 1e-4, row
 
 

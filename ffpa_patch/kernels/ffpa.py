@@ -89,12 +89,14 @@ def triton_backward_problem(q, k, packed: bool = False) -> str | None:
     if q.shape[-1] != 512:
         return f"head_dim {q.shape[-1]} (it serves 512)"
     if packed:
-        # the kernel's varlen mode passes in Triton's interpreter (tests/test_d512_backward.py); not yet run on a GPU
+        # the kernel's varlen mode passes in Triton's interpreter, the GPU's tile config included
+        # (tests/test_d512_backward.py); not yet run on a GPU
         return "packed documents (not yet verified on a GPU)"
     if q.shape[1] != k.shape[1]:
         return "fewer queries than keys"
     if q.shape[1] % 128:
-        # the kernel masks partial tiles (checked on a CPU in Triton's interpreter); not yet run so on a GPU
+        # the kernel masks partial tiles (checked on a CPU in Triton's interpreter, the GPU's tile config
+        # included); not yet run so on a GPU
         return f"length {q.shape[1]} not a multiple of 128 (not yet verified on a GPU)"
     if problem := dtype_problem(FFPA, q.dtype):
         return problem
