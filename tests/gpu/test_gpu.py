@@ -837,3 +837,19 @@ def test_packed_documents_through_ffpa_patch_varlen_function_equal_ffpa_attn_var
     ref = torch.autograd.grad(reference.varlen(qf, kf, vf, cu, scale), (qf, kf, vf), g.float())
     for a, r in zip(got, ref):
         assert rel_err(a, r) < 2e-2
+
+
+def test_doctor_passes_on_dense_and_packed_batches_and_names_each_backward():
+    """`ffpa-patch doctor` on a working GPU: both checks pass, each line naming the backward that ran (as
+    kernels/ffpa.py decides it for doctor's shapes)."""
+    from ffpa_patch import doctor
+
+    def expected(q, k, packed):
+        problem = ffpa_kernels.triton_backward_problem(q, k, packed=packed)
+        return ("triton (packed)" if packed else "triton") if problem is None else f"ffpa-attn ({problem})"
+
+    q, k = (torch.empty(1, 2048, h, 512, device="cuda", dtype=torch.bfloat16) for h in (8, 2))
+    code, lines = doctor.run()
+    assert code == doctor.PASS, lines
+    assert f"PASS; backward: {expected(q, k, False)}" in next(line for line in lines if line.startswith("dense batch: "))
+    assert f"PASS; backward: {expected(q[0], k[0], True)}" in next(line for line in lines if line.startswith("packed batch: "))
