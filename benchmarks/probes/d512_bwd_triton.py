@@ -1,6 +1,6 @@
 """ffpa_patch's Triton head_dim-512 backward (ffpa_patch/kernels/d512_bwd.py, design M of
 docs/notes/d512-backward-design.md: no recomputation, P and dS through HBM) against ffpa-attn 0.2.4's,
-on the released full-layer shapes: time, counted TF/s, errors against fp32 and against ffpa-attn.
+on the released full-layer shapes, dense and packed: time, counted TF/s, errors against fp32 and ffpa-attn.
 Until commit 29c8078 the kernels lived in this file (results/2026-12-08-h100-a ran them from here).
 A GPU probe; the index math is checked on a CPU by tests/test_d512_backward.py.
 
@@ -87,12 +87,42 @@ def timing_row(model: str, n: int, scratch_gb: float, cfgs: list[dict], cuda_ms,
     return row
 
 
+def packed_row(model: str, n: int, doc: int, scratch_gb: float, cuda_ms) -> dict:
+    """Packed documents of ``doc`` tokens (the last one shorter) filling ``n``: ffpa-attn's varlen backward
+    against the Triton kernel's varlen mode (``cu_seqlens``), counted over the documents' causal areas."""
+    ops, scale = torch.ops.ffpa_attn, 512 ** -0.5
+    from ffpa_patch.kernels import ffpa as ffpa_kernels
+
+    hq, hkv = HEADS[model]
+    torch.manual_seed(0)
+    q, k, v, dout = (torch.randn(n, h, 512, device="cuda", dtype=torch.bfloat16) for h in (hq, hkv, hkv, hq))
+    bounds = list(range(0, n, doc)) + [n]
+    cu = torch.tensor(bounds, device="cuda", dtype=torch.int32)
+    longest = max(b - a for a, b in zip(bounds, bounds[1:]))
+    flop = 2.5 * 4 * hq * 512 * sum((b - a) * (b - a + 1) / 2 for a, b in zip(bounds, bounds[1:]))
+    row = {"model": model, "n": n, "doc": doc, "documents": len(bounds) - 1, "hq": hq, "hkv": hkv, "scratch_gb": scratch_gb,
+           "chunk_plan": chunk_plan(hq, hkv, n, scratch_gb * 1e9)}
+    with torch.no_grad():
+        out, lse = ffpa_kernels.varlen_lse(q, k, v, cu, longest, scale)
+        theirs_fn = lambda: ops._varlen_bwd_cute(q, k, v, out, dout, lse, cu, cu, longest, longest, scale, True,  # noqa: E731
+                                                 ffpa_kernels._no_window(), ffpa_kernels._no_window(), 0.0, None)
+        ffpa_ms = cuda_ms(theirs_fn, warmup=1, iters=3)
+        ms = cuda_ms(lambda: backward(dout, q, k, v, out, lse, scale, scratch_bytes=scratch_gb * 1e9, cu_seqlens=cu),
+                     warmup=1, iters=3)
+        ours = backward(dout, q, k, v, out, lse, scale, scratch_bytes=scratch_gb * 1e9, cu_seqlens=cu)
+        row.update(ffpa_ms=ffpa_ms, ffpa_tflops=flop / ffpa_ms / 1e9, ms=ms, tflops=flop / ms / 1e9, speedup=ffpa_ms / ms,
+                   rel_diff_vs_ffpa=[rel_err(x, y) for x, y in zip(ours, theirs_fn())])
+    row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out")
     ap.add_argument("--shapes", nargs="+", default=["31B:8192", "31B:16384", "31B:16384:0.25", "31B:32768", "12B:16384", "26B-A4B:16384",
-                             "E2B:16384", "31B:4096", "12B:4096", "31B-sp8:65536", "31B-sp8:131072"],
-                    help="MODEL:TOKENS[:SCRATCH_GB] (scratch 1 GiB unless given)")
+                             "E2B:16384", "31B:4096", "12B:4096", "31B-sp8:65536", "31B-sp8:131072",
+                             "31B:16384:docs2048", "31B:16384:docs512", "26B-A4B:8192:docs1024"],
+                    help="MODEL:TOKENS[:SCRATCH_GB][:docsN] (scratch 1 GiB unless given; docsN: packed documents of N tokens)")
     ap.add_argument("--sweep", action="store_true", help="try a few tile configs at the first shape")
     ap.add_argument("--budget-s", type=float, default=300)
     a = ap.parse_args()
@@ -107,8 +137,14 @@ def main():
             if spec == "check":
                 row = exactness_row()
             else:
-                model, n, *gb = spec.split(":")
-                row = timing_row(model, int(n), float(gb[0]) if gb else 2**30 / 1e9, sweep_configs() if a.sweep and i == 1 else [DEFAULT_CFG], cuda_ms, deadline)
+                model, n, *rest = spec.split(":")
+                docs = [int(r[4:]) for r in rest if r.startswith("docs")]
+                gb = [float(r) for r in rest if not r.startswith("docs")]
+                scratch = gb[0] if gb else 2**30 / 1e9
+                if docs:
+                    row = packed_row(model, int(n), docs[0], scratch, cuda_ms)
+                else:
+                    row = timing_row(model, int(n), scratch, sweep_configs() if a.sweep and i == 1 else [DEFAULT_CFG], cuda_ms, deadline)
         except Exception as exc:  # noqa: BLE001 - a probe row records its failure
             row = {"spec": spec, "error": f"{type(exc).__name__}: {exc}"[:400]}
         rows.append(row)

@@ -4,6 +4,7 @@
 # (.gpu/activate.sh puts ffpa-attn and flash-attn-4 on the path; peft comes from .whl-extra).
 #   T   ffpa_patch's Triton head_dim-512 backward against ffpa-attn's (benchmarks/probes/d512_bwd_triton.py):
 #       a tile-order / tile-size sweep at 31B 8k, then the released shapes 4k-32k and one sp-8 Ulysses rank at 64k/128k
+#   TP  the Triton backward's packed (varlen) mode against ffpa-attn's varlen backward (the same probe, packed rows)
 #   TT  the GPU tests of the FFPA kernel, now with the Triton backward as its default on sm90
 #   TA  every GPU test (packed batches now run ffpa_patch's FFPAVarlen in place of ffpa_attn_varlen_func)
 #   F8  item 5 of issue #40 at 8k: the 31B at full depth (LoRA, checkpointing), ffpa_patch with
@@ -29,6 +30,13 @@ T)
   timeout ${T_S:-150} python benchmarks/probes/d512_bwd_triton.py --out $OUT/d512_bwd_triton.json --sweep \
     --budget-s $(( ${T_S:-150} - 30 )) > $OUT/d512_bwd_triton.log 2>&1
   stamp "triton backward done: $(grep -c '^{' $OUT/d512_bwd_triton.log) rows"
+  ;;
+TP)
+  stamp "triton d512 backward, packed"
+  timeout ${T_S:-150} python benchmarks/probes/d512_bwd_triton.py --out $OUT/d512_bwd_triton_packed.json \
+    --shapes 31B:16384:docs2048 31B:16384:docs512 26B-A4B:8192:docs1024 31B:8192:docs8192 \
+    --budget-s $(( ${T_S:-150} - 30 )) > $OUT/d512_bwd_triton_packed.log 2>&1
+  stamp "packed rows: $(grep -c '^{' $OUT/d512_bwd_triton_packed.log)"
   ;;
 TT)
   stamp "gpu tests of the FFPA kernel"
