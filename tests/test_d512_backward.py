@@ -55,6 +55,18 @@ for n, hq, hkv, bounds, budget in json.loads(PRODUCTION_CASES):  # the GPU's til
     got = d512_bwd.backward(dout, q.detach(), k.detach(), v.detach(), *fwd, scale, None, budget, cu)
     err = [((a - b).norm() / b.norm()).item() for a, b in zip(got, grads)]
     rows.append({"case": [n, hq, hkv, bounds, budget], "plan": d512_bwd.chunk_plan(hq, hkv, n, budget, 128, 4), "err": err})
+for n, hq, hkv, bounds, segment, tiles in json.loads(SEGMENT_CASES):  # packed, in segments of whole documents
+    torch.manual_seed(n)
+    q, k, v = (torch.randn(n, h, 512, requires_grad=True) for h in (hq, hkv, hkv))
+    dout = torch.randn(n, hq, 512)
+    cu = torch.tensor(bounds, dtype=torch.int32)
+    scale = 512 ** -0.5
+    grads = torch.autograd.grad(reference.varlen(q, k, v, cu, scale), (q, k, v), dout)
+    out, lse = reference.varlen_lse(q.detach(), k.detach(), v.detach(), cu, scale)
+    got = d512_bwd.backward(dout, q.detach(), k.detach(), v.detach(), out, lse, scale, TINY if tiles == "tiny" else None,
+                            cu_seqlens=cu, segment_tokens=segment)
+    err = [((a - b).norm() / b.norm()).item() for a, b in zip(got, grads)]
+    rows.append({"case": [n, hq, hkv, bounds, segment, tiles], "segments": d512_bwd.segments(bounds, segment), "err": err})
 print(json.dumps(rows))
 """
 
@@ -80,6 +92,15 @@ PRODUCTION_CASES = [
     (400, 2, 1, [0, 5, 130, 131, 300, 400], 1e9),  # packed: documents inside and across 128-token tiles
 ]
 PRODUCTION_PLANS = [[1, 2, 300], [1, 1, 128], [1, 2, 400]]
+#: packed in segments (``segment_tokens``): (tokens, query heads, KV heads, cu_seqlens, segment tokens, tiles)
+SEGMENT_CASES = [
+    (90, 4, 2, [0, 17, 18, 50, 90], 32, "tiny"),  # three segments, one of two documents (one a single token)
+    (70, 2, 1, [0, 5, 69, 70], 16, "tiny"),  # a document longer than the segment is a segment of its own
+    (520, 2, 1, [0, 100, 230, 231, 400, 520], 256, "gpu"),  # the GPU's tiles, partial ones in each segment
+]
+SEGMENTS = [[[0, 18, [0, 17, 18]], [18, 50, [0, 32]], [50, 90, [0, 40]]],
+            [[0, 5, [0, 5]], [5, 69, [0, 64]], [69, 70, [0, 1]]],
+            [[0, 231, [0, 100, 230, 231]], [231, 400, [0, 169]], [400, 520, [0, 120]]]]
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +110,8 @@ def interpreted():
     code = WORKER.replace("json.loads(CASES)", "json.loads(__import__('os').environ['CASES'])")
     code = code.replace("json.loads(VARLEN_CASES)", "json.loads(__import__('os').environ['VARLEN_CASES'])")
     code = code.replace("json.loads(PRODUCTION_CASES)", "json.loads(__import__('os').environ['PRODUCTION_CASES'])")
-    env["PRODUCTION_CASES"] = json.dumps(PRODUCTION_CASES)
+    code = code.replace("json.loads(SEGMENT_CASES)", "json.loads(__import__('os').environ['SEGMENT_CASES'])")
+    env["PRODUCTION_CASES"], env["SEGMENT_CASES"] = json.dumps(PRODUCTION_CASES), json.dumps(SEGMENT_CASES)
     run = subprocess.run([sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -115,6 +137,15 @@ def test_triton_d512_backward_with_the_gpu_tile_config_matches_fp32_autograd(int
     multiple of 128, packed documents) wait on, short of the GPU run itself."""
     row = interpreted[len(CASES) + len(VARLEN_CASES) + index]
     assert row["case"][3] == PRODUCTION_CASES[index][3] and row["plan"] == PRODUCTION_PLANS[index]
+    assert max(row["err"]) < 1e-4, row
+
+
+@pytest.mark.parametrize("index", range(len(SEGMENT_CASES)))
+def test_triton_d512_backward_of_packed_documents_in_segments_matches_fp32_autograd(interpreted, index):
+    """``segment_tokens``: whole documents per segment, each segment its own packed batch (tiles and scratch
+    sized to it); the gradients are the same function of the inputs."""
+    row = interpreted[len(CASES) + len(VARLEN_CASES) + len(PRODUCTION_CASES) + index]
+    assert row["case"][3] == SEGMENT_CASES[index][3] and row["segments"] == SEGMENTS[index]
     assert max(row["err"]) < 1e-4, row
 
 

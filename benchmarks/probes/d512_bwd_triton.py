@@ -35,6 +35,7 @@ def rel_err(a, b):
 
 SWEEP_PDS = ({"GROUP_M": 1}, {"GROUP_M": 16})  # 1: the tile order of 29c8078
 SWEEP_GEMM = ({"BLOCK_D": 128}, {"BLOCK_K": 32, "num_stages": 4})
+SEGMENT_TOKENS = (2048, 4096, 8192)
 HEADS = {"31B": (32, 4), "26B-A4B": (16, 2), "12B": (16, 1), "E2B": (8, 1),
          "31B-sp8": (4, 1)}  # what one Ulysses rank runs at sp 8: the whole sequence, an eighth of the heads
 
@@ -110,8 +111,15 @@ def packed_row(model: str, n: int, doc: int, scratch_gb: float, cuda_ms) -> dict
         ms = cuda_ms(lambda: backward(dout, q, k, v, out, lse, scale, scratch_bytes=scratch_gb * 1e9, cu_seqlens=cu),
                      warmup=1, iters=3)
         ours = backward(dout, q, k, v, out, lse, scale, scratch_bytes=scratch_gb * 1e9, cu_seqlens=cu)
+        theirs = theirs_fn()
         row.update(ffpa_ms=ffpa_ms, ffpa_tflops=flop / ffpa_ms / 1e9, ms=ms, tflops=flop / ms / 1e9, speedup=ffpa_ms / ms,
-                   rel_diff_vs_ffpa=[rel_err(x, y) for x, y in zip(ours, theirs_fn())])
+                   rel_diff_vs_ffpa=[rel_err(x, y) for x, y in zip(ours, theirs)])
+        for seg in SEGMENT_TOKENS:  # the candidate: segments of whole documents (d512_bwd.segments)
+            run = lambda s=seg: backward(dout, q, k, v, out, lse, scale, scratch_bytes=scratch_gb * 1e9,  # noqa: E731
+                                         cu_seqlens=cu, segment_tokens=s)
+            seg_ms = cuda_ms(run, warmup=1, iters=3)
+            row[f"segments_{seg}"] = {"ms": seg_ms, "tflops": flop / seg_ms / 1e9, "speedup": ffpa_ms / seg_ms,
+                                      "rel_diff_vs_ffpa": [rel_err(x, y) for x, y in zip(run(), theirs)]}
     row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     return row
 

@@ -196,17 +196,44 @@ def chunk_plan(hq: int, hkv: int, seqlen: int, budget_bytes: float, block: int =
 
 
 def backward(dout, q, k, v, out, lse, scale: float, config=None, scratch_bytes: float = SCRATCH_BYTES,
-             cu_seqlens=None):
+             cu_seqlens=None, segment_tokens: int | None = None):
     """(dq, dk, dv) of causal self-attention from its out and lse; see the module docstring. With
     ``cu_seqlens`` (int32, the documents' bounds) the inputs are packed: q/dout/out ``[T, H, D]``,
-    k/v ``[T, Hkv, D]``, lse ``[H, T]``, each document causal on its own, and so are the gradients."""
-    if cu_seqlens is not None:
-        doc = torch.repeat_interleave(torch.arange(cu_seqlens.numel() - 1, device=q.device, dtype=torch.int32),
-                                      (cu_seqlens[1:] - cu_seqlens[:-1]).long(), output_size=q.shape[0])
-        grads = _backward(dout[None], q[None], k[None], v[None], out[None], lse[None], scale, config, scratch_bytes,
-                          doc, cu_seqlens.to(torch.int32))
-        return tuple(g[0] for g in grads)
-    return _backward(dout, q, k, v, out, lse, scale, config, scratch_bytes)
+    k/v ``[T, Hkv, D]``, lse ``[H, T]``, each document causal on its own, and so are the gradients.
+    ``segment_tokens``: run the packed batch in segments of whole documents of about that many tokens
+    (``segments``), so that tiles and scratch scale with the segments, not the whole batch (one read
+    of ``cu_seqlens`` on the host); None: the whole batch at once."""
+    if cu_seqlens is None:
+        return _backward(dout, q, k, v, out, lse, scale, config, scratch_bytes)
+    if segment_tokens is None:
+        return _packed(dout, q, k, v, out, lse, scale, config, scratch_bytes, cu_seqlens)
+    parts = [_packed(dout[a:b], q[a:b], k[a:b], v[a:b], out[a:b], lse[:, a:b], scale, config, scratch_bytes,
+                     torch.tensor(local, device=q.device, dtype=torch.int32))
+             for a, b, local in segments(cu_seqlens.tolist(), segment_tokens)]
+    return tuple(torch.cat(grads) for grads in zip(*parts))
+
+
+def segments(bounds: list[int], target: int) -> list[tuple[int, int, list[int]]]:
+    """Consecutive whole documents grouped into segments of at most ``target`` tokens (a longer document
+    is a segment of its own): ``[(start, end, bounds relative to start)]``. No document crosses a
+    segment, so each segment's gradients need only its own tokens."""
+    out, start, local = [], bounds[0], [0]
+    for end in bounds[1:]:
+        if end - start > target and local[-1] > 0:
+            out.append((start, start + local[-1], local))
+            start, local = start + local[-1], [0]
+        local.append(end - start)
+    if local[-1] > 0 or not out:
+        out.append((start, start + local[-1], local))
+    return out
+
+
+def _packed(dout, q, k, v, out, lse, scale, config, scratch_bytes, cu_seqlens):
+    doc = torch.repeat_interleave(torch.arange(cu_seqlens.numel() - 1, device=q.device, dtype=torch.int32),
+                                  (cu_seqlens[1:] - cu_seqlens[:-1]).long(), output_size=q.shape[0])
+    grads = _backward(dout[None], q[None], k[None], v[None], out[None], lse[None], scale, config, scratch_bytes,
+                      doc, cu_seqlens.to(torch.int32))
+    return tuple(g[0] for g in grads)
 
 
 def _backward(dout, q, k, v, out, lse, scale, config, scratch_bytes, doc=None, cu=None):
