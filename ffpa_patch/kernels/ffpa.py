@@ -116,7 +116,7 @@ def triton_backward_unavailable(device: torch.device) -> str | None:
     return _triton_import_error()
 
 
-def _backward(problem: str | None, triton_call, ffpa_attn_call, packed: bool = False):
+def _run_backward(problem: str | None, triton_call, ffpa_attn_call, packed: bool = False):
     """kernels/d512_bwd.py's backward when ``problem`` is None and its scratch fits, else ffpa-attn's;
     counted in BACKWARDS with the reason. Contiguous grads: the layout both fakes promise."""
     grads = None
@@ -142,7 +142,7 @@ def _d512_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
 
         return d512_bwd.backward(dout, q, k, v, out, lse, scale)
 
-    return _backward(triton_backward_problem(q, k), triton_call,
+    return _run_backward(triton_backward_problem(q, k), triton_call,
                      lambda: torch.ops.ffpa_attn._bwd_cute(dout, q, k, v, out, lse, scale, 1, 0))
 
 
@@ -165,7 +165,7 @@ def _d512_varlen_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
         return torch.ops.ffpa_attn._varlen_bwd_cute(q, k, v, out, dout, lse, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                                     scale, True, _no_window(), _no_window(), 0.0, None)
 
-    return _backward(triton_backward_problem(q, k, packed=True), triton_call, ffpa_attn_call, packed=True)
+    return _run_backward(triton_backward_problem(q, k, packed=True), triton_call, ffpa_attn_call, packed=True)
 
 
 @_d512_varlen_backward.register_fake
