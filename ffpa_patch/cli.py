@@ -179,6 +179,19 @@ def _run(cmd: list[str]) -> int:
         return 127
 
 
+def _writable_folder(path: str) -> str | None:
+    """Why ``path`` cannot be the folder `demo --save` writes (made here if missing), or None."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        return "exists and is not a folder"
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        return f"cannot make that folder ({exc.strerror or exc})"
+    if not os.access(path, os.W_OK):
+        return "that folder is not writable"
+    return None
+
+
 def _positive(text: str) -> int:
     """argparse type: a whole number of at least 1 (a bad value exits 2 with a message)."""
     try:
@@ -230,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "demo":
         from ffpa_patch.demo import run as run_demo
 
+        if args.save and (problem := _writable_folder(args.save)):  # before the seconds the demo takes
+            print(f"ffpa-patch demo: --save {args.save}: {problem}", file=sys.stderr)
+            return 2
         return run_demo(steps=args.steps, seq=args.seq, layers=args.layers, save=args.save)
     if args.cmd == "doctor":
         from ffpa_patch.doctor import run

@@ -25,6 +25,25 @@ def _config(layers: int, big: bool) -> dict:
         layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)], **shape)
 
 
+def _tokenizer(config):
+    """A byte-level tokenizer for the saved demo model (its 4,096-token vocabulary holds the 256 bytes after
+    the model's special tokens), so that what takes a tokenizer (TRL's SFTTrainer, chat data aside) runs on
+    the folder with no download; random weights generate noise."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    eos = config.eos_token_id[0] if isinstance(config.eos_token_id, (list, tuple)) else config.eos_token_id
+    special = {config.pad_token_id: "<pad>", eos: "<eos>", config.bos_token_id: "<bos>"}
+    vocab = {name: i for i, name in special.items()}
+    first = max(special) + 1
+    vocab.update({byte: first + i for i, byte in enumerate(pre_tokenizers.ByteLevel.alphabet())})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
+                                   model_max_length=config.max_position_embeddings)
+
+
 def _train(model, ids, steps: int, sync) -> tuple[list[float], list[float]]:
     import torch
 
@@ -108,8 +127,10 @@ def run(steps: int | None = None, seq: int | None = None, layers: int = 6, out=p
     weights = {k: v.clone() for k, v in model.state_dict().items()}
     if save:
         model.save_pretrained(save)
-        out(f"ffpa-patch demo: wrote the model to {save} (random weights, the released attention shapes): "
-            f'AutoModelForCausalLM.from_pretrained("{save}", attn_implementation="ffpa") loads it, no download')
+        _tokenizer(config).save_pretrained(save)
+        out(f"ffpa-patch demo: wrote the model and a byte-level tokenizer to {save} (random weights, the released "
+            f'attention shapes): AutoModelForCausalLM.from_pretrained("{save}", attn_implementation="ffpa") and '
+            "AutoTokenizer load them, no download")
     ids = torch.randint(0, config.vocab_size, (1, seq), device=device, generator=torch.Generator(device).manual_seed(1))
     out(f"ffpa-patch demo: {layers} layers (hidden {config.hidden_size}; sliding head_dim 256, window "
         f"{config.sliding_window}; full head_dim 512), {seq} tokens a step, {steps} steps, {device} {str(dtype)[6:]}")
@@ -146,7 +167,7 @@ def run(steps: int | None = None, seq: int | None = None, layers: int = 6, out=p
     out(f"  loss, stock vs ffpa_patch, step by step: {' '.join(f'{a:.4f}/{b:.4f}' for a, b in zip(stock_losses, losses))}"
         f" (largest difference {diff:.2e})")
     if not fused:
-        out("  nothing was fused here: the FFPA / flash-attn-4 kernels need a Hopper or Blackwell GPU with "
+        out("  nothing was fused here: the FFPA / flash-attn-4 kernels need a Hopper GPU (Blackwell: untested) with "
             "ffpa-attn installed (`ffpa-patch status` says what is missing); every call ran stock SDPA (with the "
             "repeat-K/V fix on Transformers 5.5-5.12), so the losses match stock's to rounding.")
     return 0

@@ -314,6 +314,8 @@ class Lifecycle:
                 state, reason = PENDING, f"{patch.module} not imported yet"
         elif patch.name not in self.wanted and not patch.applied and state == "not applied" and self.wanted:
             state, reason = SKIPPED, "excluded by targets/exclude"
+        elif not self.wanted and not patch.applied and not reason:
+            reason = f"nothing applied ({self.state}): see the first line"  # disabled, misconfigured, ...
         try:
             warned = patch.warnings()
         except Exception as exc:  # status must always answer

@@ -30,9 +30,14 @@ class Status:
         lines += [f"    {v.name:<16} {v.installed or '-':<12} {v.state:<14} works with {v.supported}"
                   + ("" if v.required or v.installed else " (optional)") for v in self.versions]
         lines.append("  patches:")
+        shown = set()  # a machine-wide warning (no GPU, a kernel package missing) is printed once
         for p in self.patches:
             lines.append(f"    {p['name']:<22} {p['state']:<20} {p['reason']}")
-            lines += [f"      WARNING: {w}" for w in p.get("warnings", [])]
+            warned = p.get("warnings", [])
+            lines += [f"      WARNING: {w}" for w in warned if w not in shown]
+            if warned and set(warned) <= shown:
+                lines.append("      WARNING: as above")
+            shown.update(warned)
         if self.routes:
             lines.append("  attention calls (layer -> kernel: reason  count):")
             lines += [f"    {r['layer']:<7} -> {r['kernel']:<5}: {r['reason']}  {r['count']}" for r in self.routes]

@@ -26,6 +26,9 @@ def flash_attn_4(tmp_path, monkeypatch):
     (package.parent / "__init__.py").write_text("")
     (package / "cache_utils.py").write_text(STAND_IN)
     (package / "__init__.py").write_text("from .cache_utils import *\ndef flash_attn_func(): pass\n")
+    dist = tmp_path / "site" / "flash_attn_4-4.0.0b40.dist-info"  # installed, as importlib.metadata sees it
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn-4\nVersion: 4.0.0b40\n")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     for name in (disk_cache.ENABLED, disk_cache.DIRECTORY, "FFPA_PATCH_KERNEL_CACHE"):
         monkeypatch.delenv(name, raising=False)
@@ -52,6 +55,23 @@ def test_on_by_default_in_the_user_cache_and_the_environment_put_back(flash_attn
     assert disk_cache.state["flash-attn-4"].startswith(f"on, in {where}")
     text = str(ffpa_patch.status())
     assert f"flash-attn-4 compiled kernels: on, in {where}" in text
+
+
+def test_not_installed_makes_no_folder_and_lists_nothing(tmp_path, monkeypatch):
+    """A CPU machine without flash-attn-4: no cache folder appears, status() lists no flash-attn-4 cache."""
+    from ffpa_patch import versions
+
+    if versions.installed("flash-attn-4") is not None:
+        pytest.skip("flash-attn-4 is installed here")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("FFPA_PATCH_KERNEL_CACHE", raising=False)
+    disk_cache.state.clear()
+    fa4.import_error.cache_clear()
+    try:
+        assert fa4.import_error() is not None  # not importable, and said so
+        assert not (tmp_path / "xdg").exists() and "flash-attn-4" not in disk_cache.report()
+    finally:
+        fa4.import_error.cache_clear()
 
 
 def test_a_relative_directory_is_made_absolute(flash_attn_4, tmp_path, monkeypatch):

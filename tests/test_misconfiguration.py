@@ -24,6 +24,12 @@ def test_an_unknown_target_is_named_on_stderr_and_in_the_status(value):
     assert done.stdout.strip().startswith("not applied: unknown ffpa_patch target(s) ['nonsense']")
 
 
+def test_each_patch_row_of_a_misconfigured_status_points_at_the_reason():
+    done = python("import ffpa_patch; print({p['state'] + ': ' + p['reason'] for p in ffpa_patch.status().patches})",
+                  FFPA_PATCH_STRICT="maybe")
+    assert done.stdout.strip() == "{'not applied: nothing applied (misconfigured): see the first line'}"
+
+
 def test_target_names_are_not_case_sensitive():
     done = python("import ffpa_patch; print([p['name'] for p in ffpa_patch.status().patches if p['state'] != 'skipped'])",
                   FFPA_PATCH_TARGETS="FFPA_Backend")

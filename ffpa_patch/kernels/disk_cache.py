@@ -90,7 +90,13 @@ def _flash_attn_4_choice() -> tuple[dict[str, str], str]:
 
 @contextmanager
 def for_flash_attn_4() -> Iterator[None]:
-    """Around flash-attn-4's first import: its disk cache on, the environment restored after."""
+    """Around flash-attn-4's first import: its disk cache on, the environment restored after. Not
+    installed: nothing to cache, so no folder is made and status() lists none."""
+    from ..versions import installed
+
+    if installed("flash-attn-4") is None:
+        yield
+        return
     variables, meaning = _flash_attn_4_choice()
     already = "flash_attn.cute.cache_utils" in sys.modules
     saved = {name: os.environ.get(name) for name in variables}

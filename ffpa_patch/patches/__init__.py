@@ -15,9 +15,9 @@ def kernels_cannot_run_here() -> list[str]:
     import sys
 
     torch = sys.modules.get("torch")
+    if torch is not None and not torch.cuda.is_available():  # installing a kernel package would not help here
+        return ["in place, but no CUDA device here: every call falls back to SDPA"]
     found = []
-    if torch is not None and not torch.cuda.is_available():
-        found.append("in place, but no CUDA device here: every call falls back to SDPA")
     if importlib.util.find_spec("ffpa_attn") is None:
         from ..versions import requirement
 
