@@ -180,15 +180,16 @@ def _run(cmd: list[str]) -> int:
 
 
 def _writable_folder(path: str) -> str | None:
-    """Why ``path`` cannot be the folder `demo --save` writes (made here if missing), or None."""
+    """Why ``path`` cannot be the folder `demo --save` writes, or None; nothing is made here."""
     if os.path.exists(path) and not os.path.isdir(path):
         return "exists and is not a folder"
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        return f"cannot make that folder ({exc.strerror or exc})"
-    if not os.access(path, os.W_OK):
-        return "that folder is not writable"
+    parent = os.path.abspath(path)
+    while not os.path.exists(parent):  # the folder it would be made in
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"cannot make a folder there ({parent} is a file)"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot write there ({parent} is not writable)"
     return None
 
 

@@ -62,8 +62,8 @@ def _train(model, ids, steps: int, sync) -> tuple[list[float], list[float]]:
     return times, losses
 
 
-#: exit codes beyond 0 (ran): as `ffpa-patch status` uses them
-CANNOT_RUN_HERE, OFF, UNSUPPORTED = 3, 4, 5
+#: exit codes beyond 0 (ran): as `ffpa-patch status` uses them; 2 as a bad argument
+BAD_SAVE, CANNOT_RUN_HERE, OFF, UNSUPPORTED = 2, 3, 4, 5
 
 
 def _not_ready(status, backend_patch: str) -> tuple[int, str] | None:
@@ -126,8 +126,12 @@ def run(steps: int | None = None, seq: int | None = None, layers: int = 6, out=p
     config = model.config
     weights = {k: v.clone() for k, v in model.state_dict().items()}
     if save:
-        model.save_pretrained(save)
-        _tokenizer(config).save_pretrained(save)
+        try:
+            model.save_pretrained(save)
+            _tokenizer(config).save_pretrained(save)
+        except OSError as exc:  # the CLI checked the place; the disk can still be full
+            out(f"ffpa-patch demo: --save {save}: cannot write there ({exc.strerror or exc})")
+            return BAD_SAVE
         out(f"ffpa-patch demo: wrote the model and a byte-level tokenizer to {save} (random weights, the released "
             f'attention shapes): AutoModelForCausalLM.from_pretrained("{save}", attn_implementation="ffpa") and '
             "AutoTokenizer load them, no download")

@@ -258,7 +258,7 @@ def test_the_saved_demo_folder_has_a_tokenizer_that_fits_the_model(tmp_path, pat
 
 @pytest.mark.parametrize("make,why", [
     (lambda p: p.write_text("x"), "exists and is not a folder"),
-    (lambda p: None, "cannot make that folder"),
+    (lambda p: None, "cannot make a folder there"),
 ])
 def test_demo_save_to_a_place_it_cannot_write_says_so_before_running(tmp_path, make, why):
     """Checked before the demo runs: no traceback, no "wrote the model" over nothing, exit 2."""
