@@ -25,25 +25,6 @@ def _config(layers: int, big: bool) -> dict:
         layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)], **shape)
 
 
-def _tokenizer(config):
-    """A byte-level tokenizer for the saved demo model (its 4,096-token vocabulary holds the 256 bytes after
-    the model's special tokens), so that what takes a tokenizer (TRL's SFTTrainer, chat data aside) runs on
-    the folder with no download; random weights generate noise."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    eos = config.eos_token_id[0] if isinstance(config.eos_token_id, (list, tuple)) else config.eos_token_id
-    special = {config.pad_token_id: "<pad>", eos: "<eos>", config.bos_token_id: "<bos>"}
-    vocab = {name: i for i, name in special.items()}
-    first = max(special) + 1
-    vocab.update({byte: first + i for i, byte in enumerate(pre_tokenizers.ByteLevel.alphabet())})
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
-                                   model_max_length=config.max_position_embeddings)
-
-
 def _train(model, ids, steps: int, sync) -> tuple[list[float], list[float]]:
     import torch
 
@@ -128,7 +109,7 @@ def run(steps: int | None = None, seq: int | None = None, layers: int = 6, out=p
     if save:
         try:
             model.save_pretrained(save)
-            _tokenizer(config).save_pretrained(save)
+            hf.byte_level_tokenizer(config).save_pretrained(save)
         except OSError as exc:  # the CLI checked the place; the disk can still be full
             out(f"ffpa-patch demo: --save {save}: cannot write there ({exc.strerror or exc})")
             return BAD_SAVE

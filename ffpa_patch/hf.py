@@ -261,6 +261,25 @@ def causal_lm(family: Family, **config) -> Any:
     return getattr(family_module(family), family.causal_lm)(_config_class(family)(**config))
 
 
+def byte_level_tokenizer(config) -> Any:
+    """A tokenizer for a random-weight model (the demo's saved folder): the 256 bytes after the config's
+    special tokens, no merges. Any text round-trips, so what takes a tokenizer (TRL's SFTTrainer) runs
+    on the folder with no download; the model's vocabulary must hold them (the demo's has 4,096)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    eos = config.eos_token_id[0] if isinstance(config.eos_token_id, (list, tuple)) else config.eos_token_id
+    special = {config.pad_token_id: "<pad>", eos: "<eos>", config.bos_token_id: "<bos>"}
+    vocab = {name: i for i, name in special.items()}
+    first = max(special) + 1
+    vocab.update({byte: first + i for i, byte in enumerate(pre_tokenizers.ByteLevel.alphabet())})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
+                                   model_max_length=config.max_position_embeddings)
+
+
 class StandIn:
     """What the global "sdpa" entry sees of a layer when the compiled graph's op falls back at
     run time (the op cannot carry the module): the attributes Transformers' SDPA path and the
