@@ -126,6 +126,10 @@ def _run_backward(problem: str | None, triton_call, ffpa_attn_call, packed: bool
             BACKWARDS["triton (packed)" if packed else "triton"] += 1
         except torch.cuda.OutOfMemoryError:  # its buffers (~1.3 GB at 31B 16k) come first; ffpa-attn's needs no scratch
             problem = "out of GPU memory for its scratch"
+        except Exception as exc:  # a GPU whose shared memory or registers cannot hold its tiles: nothing ran
+            if type(exc).__name__ != "OutOfResources" or not type(exc).__module__.startswith("triton"):
+                raise
+            problem = f"its tiles do not fit this GPU ({exc})"
     if grads is None:
         BACKWARDS[f"ffpa-attn ({problem})"] += 1
         grads = ffpa_attn_call()

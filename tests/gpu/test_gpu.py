@@ -765,8 +765,12 @@ def test_triton_d512_backward_in_strips_matches_one_chunk():
         assert rel_err(s, a) < 5e-3
 
 
-def test_the_d512_backward_falls_back_to_ffpa_attn_when_its_scratch_does_not_fit(monkeypatch):
-    """Out of GPU memory for the Triton backward's buffers: ffpa-attn's runs instead, and says why."""
+@pytest.mark.parametrize("failure", ["memory", "tiles"])
+def test_the_d512_backward_falls_back_to_ffpa_attn_when_its_scratch_does_not_fit(monkeypatch, failure):
+    """Out of GPU memory for the Triton backward's buffers, or tiles a GPU's shared memory cannot hold:
+    ffpa-attn's runs instead, and says why."""
+    from triton.runtime.errors import OutOfResources
+
     from ffpa_patch.kernels import d512_bwd
 
     torch.manual_seed(0)
@@ -776,15 +780,18 @@ def test_the_d512_backward_falls_back_to_ffpa_attn_when_its_scratch_does_not_fit
     want = torch.autograd.grad(ffpa_kernels.dense(q, k, v, 512 ** -0.5), (q, k, v), g)
     monkeypatch.delenv("FFPA_PATCH_D512_BACKWARD")
 
-    def no_memory(*args, **kwargs):
-        raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+    def no_room(*args, **kwargs):
+        if failure == "memory":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        raise OutOfResources(262144, 232448, "shared memory")
 
-    monkeypatch.setattr(d512_bwd, "backward", no_memory)
+    monkeypatch.setattr(d512_bwd, "backward", no_room)
     before = ffpa_kernels.BACKWARDS.copy()
     got = torch.autograd.grad(ffpa_kernels.dense(q, k, v, 512 ** -0.5), (q, k, v), g)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
-    assert [key for key in ffpa_kernels.BACKWARDS if ffpa_kernels.BACKWARDS[key] > before[key]] == [
-        "ffpa-attn (out of GPU memory for its scratch)"]
+    ran = [key for key in ffpa_kernels.BACKWARDS if ffpa_kernels.BACKWARDS[key] > before[key]]
+    assert ran == ["ffpa-attn (out of GPU memory for its scratch)"] if failure == "memory" else \
+        len(ran) == 1 and ran[0].startswith("ffpa-attn (its tiles do not fit this GPU (out of resource: shared memory")
 
 
 def test_triton_d512_backward_of_packed_documents_matches_fp32(monkeypatch):
