@@ -68,4 +68,3 @@ def _against_fp32(ours, fp32, tensors) -> tuple[bool, str]:
     ok = errs[0] < 1e-2 and max(errs[1:]) < 2e-2
     return ok, ("relative error vs fp32: out {:.1e}, dq {:.1e}, dk {:.1e}, dv {:.1e} -> {}; backward: {}"
                 .format(*errs, "PASS" if ok else "FAIL", ran))
-

@@ -147,7 +147,7 @@ def _d512_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         return d512_bwd.backward(dout, q, k, v, out, lse, scale)
 
     return _run_backward(triton_backward_problem(q, k), triton_call,
-                     lambda: torch.ops.ffpa_attn._bwd_cute(dout, q, k, v, out, lse, scale, 1, 0))
+                         lambda: torch.ops.ffpa_attn._bwd_cute(dout, q, k, v, out, lse, scale, 1, 0))
 
 
 @_d512_backward.register_fake
